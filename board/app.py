@@ -1,0 +1,54 @@
+"""The ASGI application: routers, error rendering, the process's runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from fastapi import FastAPI
+
+from board.db.urls import resolve_database_url
+from board.enrollment.routes import router as enrollment_router
+from board.errors import install_error_handlers
+from board.hosts.routes import router as hosts_router
+from board.ingest.routes import router as ingest_router
+from board.partitions.scheduler import maintenance_loop
+from board.runtime import Runtime
+from board.settings import Settings, get_settings
+from board.workspaces.routes import router as workspaces_router
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, *, run_maintenance: bool = True) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime = Runtime.create(settings, resolve_database_url(settings))
+        await runtime.start()
+        app.state.runtime = runtime
+        task = asyncio.create_task(maintenance_loop(runtime)) if run_maintenance else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+            await runtime.stop()
+
+    app = FastAPI(title="GUA Board", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(ingest_router)
+    app.include_router(hosts_router)
+    app.include_router(enrollment_router)
+    app.include_router(workspaces_router)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,68 @@
+"""Who is calling, in which workspace, with which role: resolved before any handler runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Path
+from sqlalchemy import select
+
+from board.auth import tokens
+from board.errors import Forbidden, NotFound, Unauthorized
+from board.runtime import SessionDep
+from board.workspaces.models import ApiToken, Membership, User, Workspace
+
+
+@dataclass(frozen=True)
+class WorkspaceContext:
+    workspace: Workspace
+    user_id: int
+    email: str
+    role: str
+
+    @property
+    def workspace_id(self) -> int:
+        return self.workspace.id
+
+    def require(self, *roles: str) -> None:
+        if self.role not in roles:
+            raise Forbidden(f"Your role ({self.role}) may not do this.")
+
+    @property
+    def sees_processes(self) -> bool:
+        return self.role in ("admin", "member")
+
+
+async def workspace_context(
+    session: SessionDep,
+    slug: Annotated[str, Path()],
+    authorization: Annotated[str | None, Header()] = None,
+) -> WorkspaceContext:
+    """A personal API token, valid for the workspace in the URL; any other workspace is 404."""
+    secret = tokens.bearer(authorization)
+    if secret is None or not secret.startswith(tokens.PAT):
+        raise Unauthorized("A personal API token is required: Authorization: Bearer gua_pat_...")
+    row = (
+        await session.execute(
+            select(Workspace, User.id, User.email, Membership.role)
+            .select_from(ApiToken)
+            .join(Workspace, Workspace.id == ApiToken.workspace_id)
+            .join(
+                Membership,
+                (Membership.workspace_id == ApiToken.workspace_id)
+                & (Membership.user_id == ApiToken.user_id),
+            )
+            .join(User, User.id == ApiToken.user_id)
+            .where(ApiToken.token_hash == tokens.digest(secret), ApiToken.revoked_at.is_(None))
+        )
+    ).one_or_none()
+    if row is None:
+        raise Unauthorized("This API token is not valid.")
+    workspace, user_id, email, role = row
+    if workspace.slug != slug:
+        raise NotFound(f"No workspace {slug!r}.")
+    return WorkspaceContext(workspace=workspace, user_id=user_id, email=email, role=role)
+
+
+WorkspaceDep = Annotated[WorkspaceContext, Depends(workspace_context)]

@@ -1,0 +1,71 @@
+"""`gua-board`: the command line named in board-api.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from board.cli import commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gua-board", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="apply migrations, then serve the API and the board")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.set_defaults(func=commands.serve)
+
+    migrate = sub.add_parser("migrate", help="apply migrations to the configured database")
+    migrate.set_defaults(func=commands.migrate)
+
+    ws = sub.add_parser("create-workspace", help="create a tenant")
+    ws.add_argument("slug")
+    ws.add_argument("--name")
+    ws.set_defaults(func=commands.create_workspace)
+
+    user = sub.add_parser("create-user", help="add a member; prints a new API token once")
+    user.add_argument("email")
+    user.add_argument("--workspace", required=True)
+    user.add_argument("--role", required=True, choices=["admin", "member", "finance"])
+    user.add_argument("--password-stdin", action="store_true", help="read a password from stdin")
+    user.add_argument("--json", action="store_true")
+    user.set_defaults(func=commands.create_user)
+
+    token = sub.add_parser("issue-token", help="a one-time enrollment token for a host")
+    token.add_argument("--workspace", required=True)
+    token.add_argument("--display-name")
+    token.add_argument("--expires-in", type=float, metavar="HOURS")
+    token.add_argument("--json", action="store_true")
+    token.set_defaults(func=commands.issue_token)
+
+    parts = sub.add_parser("partitions", help="create and drop raw-history partitions now")
+    parts.set_defaults(func=commands.partitions)
+
+    rollups = sub.add_parser("rollups", help="hourly rollup maintenance")
+    rollups_sub = rollups.add_subparsers(dest="rollups_command", required=True)
+    rebuild = rollups_sub.add_parser("rebuild", help="recompute rollups from raw samples")
+    rebuild.add_argument("--workspace", required=True)
+    rebuild.add_argument("--from", dest="from_", metavar="FROM")
+    rebuild.add_argument("--to")
+    rebuild.set_defaults(func=commands.rollups_rebuild)
+
+    demo = sub.add_parser("demo", help="serve with a demo workspace and simulated hosts")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument("--hosts", type=int, default=4, help="simulated hosts")
+    demo.add_argument("--interval", type=float, default=5.0, help="seconds between pushes")
+    demo.set_defaults(func=commands.demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except commands.CommandError as exc:
+        print(f"gua-board: {exc}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code or 0)

@@ -1,0 +1,185 @@
+"""What each `gua-board` command does; database work goes through the services."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from board.db import migrate as migrations
+from board.db.engine import make_engine, make_sessionmaker
+from board.db.urls import resolve_database_url
+from board.errors import DomainError
+from board.settings import Settings
+
+T = TypeVar("T")
+
+
+class CommandError(Exception):
+    pass
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic's message names the variable and the rule
+        raise CommandError(f"invalid configuration: {exc}") from None
+
+
+def _in_session(fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    url = resolve_database_url(_settings())
+
+    async def run() -> T:
+        engine = make_engine(url, pool_size=1)
+        try:
+            async with make_sessionmaker(engine)() as session:
+                result = await fn(session)
+                await session.commit()
+                return result
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(run())
+    except DomainError as exc:
+        raise CommandError(exc.detail) from None
+
+
+def migrate(_: argparse.Namespace) -> int:
+    migrations.upgrade(resolve_database_url(_settings()))
+    print("migrations applied")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    settings = _settings()
+    url = resolve_database_url(settings)  # also exported to the worker processes
+    migrations.upgrade(url)
+    settings.resolved_secret_key()  # created once here, not raced by workers
+    logging.basicConfig(level=settings.log_level.upper())
+    uvicorn.run(
+        "board.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=settings.log_level,
+        access_log=False,
+    )
+    return 0
+
+
+def create_workspace(args: argparse.Namespace) -> int:
+    from board.workspaces import service
+
+    workspace = _in_session(lambda s: service.create_workspace(s, args.slug, args.name))
+    print(f"workspace {workspace.slug} created")
+    return 0
+
+
+def create_user(args: argparse.Namespace) -> int:
+    from board.workspaces import service
+
+    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
+
+    async def run(session: AsyncSession) -> service.NewMember:
+        workspace = await service.get_workspace(session, args.workspace)
+        return await service.add_member(session, workspace, args.email, args.role, password)
+
+    member = _in_session(run)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "email": member.user.email,
+                    "workspace": args.workspace,
+                    "role": member.role,
+                    "apiToken": member.api_token,
+                }
+            )
+        )
+    else:
+        print(f"{member.user.email} is {member.role} of {args.workspace}")
+        print(f"API token (shown once): {member.api_token}")
+    return 0
+
+
+def issue_token(args: argparse.Namespace) -> int:
+    from board.enrollment import service as enrollment
+    from board.workspaces import service
+
+    settings = _settings()
+
+    async def run(session: AsyncSession) -> enrollment.IssuedEnrollment:
+        workspace = await service.get_workspace(session, args.workspace)
+        return await enrollment.issue(
+            session,
+            workspace.id,
+            display_name=args.display_name,
+            expires_in_hours=args.expires_in or settings.enrollment_token_ttl_hours,
+        )
+
+    issued = _in_session(run)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "enrollmentToken": issued.token,
+                    "tokenPrefix": issued.prefix,
+                    "expiresAt": issued.expires_at.isoformat(),
+                }
+            )
+        )
+    else:
+        print(f"enrollment token (shown once, expires {issued.expires_at.isoformat()}):")
+        print(issued.token)
+    return 0
+
+
+def partitions(_: argparse.Namespace) -> int:
+    import psycopg
+
+    from board.db.urls import libpq_url
+    from board.partitions.maintenance import run_maintenance
+
+    settings = _settings()
+    url = libpq_url(resolve_database_url(settings))
+
+    async def run() -> Any:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            return await run_maintenance(
+                conn,
+                retention_days=settings.raw_retention_days,
+                ahead_days=settings.partitions_ahead_days,
+            )
+
+    result = asyncio.run(run())
+    print(f"partitions created: {len(result.created)}, dropped: {len(result.dropped)}")
+    for name in result.dropped:
+        print(f"  dropped {name}")
+    return 0
+
+
+def rollups_rebuild(args: argparse.Namespace) -> int:
+    from board.rollups.rebuild import rebuild_command
+
+    return rebuild_command(args, _settings())
+
+
+def demo(args: argparse.Namespace) -> int:
+    from board.demo import run_demo
+
+    return run_demo(args, _settings())
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

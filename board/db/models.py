@@ -1,0 +1,25 @@
+"""Every table, imported once so alembic sees the whole metadata."""
+
+from board.db.base import Base
+from board.enrollment.models import EnrollmentToken
+from board.hosts.models import Gpu, Host, HostRejection
+from board.ingest.tables import gpu_samples, host_observations, process_samples
+from board.rollups.models import GpuHourRollup, UserHourRollup
+from board.workspaces.models import ApiToken, Membership, User, Workspace
+
+__all__ = [
+    "ApiToken",
+    "Base",
+    "EnrollmentToken",
+    "Gpu",
+    "GpuHourRollup",
+    "Host",
+    "HostRejection",
+    "Membership",
+    "User",
+    "UserHourRollup",
+    "Workspace",
+    "gpu_samples",
+    "host_observations",
+    "process_samples",
+]

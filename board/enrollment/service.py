@@ -1,0 +1,164 @@
+"""Enrollment tokens: issued by an admin, claimed exactly once by a host's agent."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from pydantic import ValidationError
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from board.auth import tokens
+from board.enrollment.models import EnrollmentToken
+from board.errors import (
+    BadRequest,
+    NotFound,
+    Unauthorized,
+    Unprocessable,
+    describe_validation_errors,
+)
+from board.hosts.models import Host
+from board.ingest.schemas import ClaimRequest, ClaimResponse
+
+_REFUSED = "This enrollment token is not valid: it is unknown, expired, revoked or already used."
+
+
+@dataclass(frozen=True)
+class IssuedEnrollment:
+    token: str
+    prefix: str
+    expires_at: datetime
+
+
+async def issue(
+    session: AsyncSession,
+    workspace_id: int,
+    *,
+    display_name: str | None,
+    expires_in_hours: float,
+) -> IssuedEnrollment:
+    if not 0 < expires_in_hours <= 24 * 30:
+        raise Unprocessable("expiresInHours must be more than 0 and at most 720 (30 days).")
+    issued = tokens.issue(tokens.ENROLL)
+    expires_at = datetime.now(UTC) + timedelta(hours=expires_in_hours)
+    session.add(
+        EnrollmentToken(
+            workspace_id=workspace_id,
+            token_hash=issued.digest,
+            token_prefix=issued.prefix,
+            display_name=(display_name or None),
+            expires_at=expires_at,
+        )
+    )
+    await session.flush()
+    return IssuedEnrollment(issued.secret, issued.prefix, expires_at)
+
+
+def token_state(token: EnrollmentToken, now: datetime) -> str:
+    if token.claimed_at is not None:
+        return "claimed"
+    if token.revoked_at is not None:
+        return "revoked"
+    if token.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+async def list_tokens(
+    session: AsyncSession, workspace_id: int
+) -> list[tuple[EnrollmentToken, str | None]]:
+    """Tokens with the public id of the host that claimed each (never a secret)."""
+    rows = await session.execute(
+        select(EnrollmentToken, Host.public_id)
+        .outerjoin(
+            Host,
+            (Host.workspace_id == EnrollmentToken.workspace_id)
+            & (Host.id == EnrollmentToken.claimed_host_id),
+        )
+        .where(EnrollmentToken.workspace_id == workspace_id)
+        .order_by(EnrollmentToken.created_at.desc(), EnrollmentToken.id.desc())
+    )
+    return [(t, str(pid) if pid else None) for t, pid in rows.all()]
+
+
+async def revoke(session: AsyncSession, workspace_id: int, token_prefix: str) -> EnrollmentToken:
+    token = await session.scalar(
+        select(EnrollmentToken).where(
+            EnrollmentToken.workspace_id == workspace_id,
+            EnrollmentToken.token_prefix == token_prefix,
+        )
+    )
+    if token is None:
+        raise NotFound("No enrollment token with this prefix in this workspace.")
+    if token.claimed_at is None and token.revoked_at is None:
+        token.revoked_at = datetime.now(UTC)
+    return token
+
+
+def _display_name(preset: str | None, hostname: str | None, prefix: str) -> str:
+    for candidate in (preset, hostname):
+        if candidate and candidate.strip():
+            return candidate.strip()[:255]
+    return f"host-{prefix[-8:]}"
+
+
+async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
+    try:
+        request = ClaimRequest.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        if any(e["type"] == "json_invalid" for e in errors):
+            raise BadRequest("Request body is not valid JSON.") from None
+        raise Unprocessable(describe_validation_errors(list(errors))) from None
+
+    # One UPDATE decides the winner: of many concurrent claims exactly one matches the row
+    # while claimed_at is still null; the others re-check after its commit and match nothing.
+    now = datetime.now(UTC)
+    claimed = (
+        await session.execute(
+            update(EnrollmentToken)
+            .where(
+                EnrollmentToken.token_hash == tokens.digest(request.enrollmentToken.strip()),
+                EnrollmentToken.claimed_at.is_(None),
+                EnrollmentToken.revoked_at.is_(None),
+                EnrollmentToken.expires_at > now,
+            )
+            .values(claimed_at=now)
+            .returning(
+                EnrollmentToken.workspace_id,
+                EnrollmentToken.id,
+                EnrollmentToken.display_name,
+                EnrollmentToken.token_prefix,
+            )
+        )
+    ).one_or_none()
+    if claimed is None:
+        raise Unauthorized(_REFUSED)
+    workspace_id, token_id, preset_name, prefix = claimed
+
+    agent_token = tokens.issue(tokens.AGENT)
+    host = Host(
+        workspace_id=workspace_id,
+        public_id=uuid.uuid4(),
+        display_name=_display_name(preset_name, request.hostname, agent_token.prefix),
+        hostname=request.hostname or None,
+        agent_version=request.agentVersion or None,
+        driver_version=request.driverVersion or None,
+        agent_token_hash=agent_token.digest,
+        agent_token_prefix=agent_token.prefix,
+    )
+    session.add(host)
+    await session.flush()
+    await session.execute(
+        update(EnrollmentToken)
+        .where(EnrollmentToken.workspace_id == workspace_id, EnrollmentToken.id == token_id)
+        .values(claimed_host_id=host.id)
+    )
+    return ClaimResponse(
+        hostId=str(host.public_id),
+        displayName=host.display_name,
+        agentToken=agent_token.secret,
+        tokenPrefix=agent_token.prefix,
+    )

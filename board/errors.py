@@ -1,0 +1,91 @@
+"""Domain errors carry their HTTP status; one handler renders {"detail": "..."}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class DomainError(Exception):
+    status_code = 400
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class BadRequest(DomainError):
+    status_code = 400
+
+
+class Unauthorized(DomainError):
+    status_code = 401
+
+
+class Forbidden(DomainError):
+    status_code = 403
+
+
+class NotFound(DomainError):
+    status_code = 404
+
+
+class Conflict(DomainError):
+    status_code = 409
+
+
+class PayloadTooLarge(DomainError):
+    status_code = 413
+
+
+class Unprocessable(DomainError):
+    status_code = 422
+
+
+class ServiceUnavailable(DomainError):
+    status_code = 503
+
+
+def describe_validation_errors(errors: list[Any]) -> str:
+    """One readable sentence from pydantic's error list (the agent shows only a string)."""
+    if not errors:
+        return "The request is invalid."
+    first = errors[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
+    msg = str(first.get("msg", "invalid value"))
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def domain(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, DomainError)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse(
+            {"detail": exc.detail, **exc.extra}, status_code=exc.status_code, headers=headers
+        )
+
+    async def validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+            for e in exc.errors()
+        ]
+        return JSONResponse(
+            {"detail": describe_validation_errors(list(exc.errors())), "errors": errors},
+            status_code=422,
+        )
+
+    async def http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else "Request failed."
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+    app.add_exception_handler(DomainError, domain)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(StarletteHTTPException, http)

@@ -1,0 +1,102 @@
+"""Hosts, their GPUs and the counters of rejected pushes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Identity,
+    Integer,
+    LargeBinary,
+    PrimaryKeyConstraint,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from board.db.base import Base
+
+
+class Host(Base):
+    __tablename__ = "hosts"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    id: Mapped[int] = mapped_column(BigInteger, Identity())
+    # The hostId people and agents see; never the internal key.
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    display_name: Mapped[str] = mapped_column(Text)
+    hostname: Mapped[str | None] = mapped_column(Text)
+    agent_version: Mapped[str | None] = mapped_column(Text)
+    driver_version: Mapped[str | None] = mapped_column(Text)
+    agent_token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    agent_token_prefix: Mapped[str] = mapped_column(Text)
+    enrolled_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The newest observation by observedAt (not by arrival): what the board shows now.
+    latest_observed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    latest_received_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    latest_collection_status: Mapped[str | None] = mapped_column(Text)
+    latest_errors: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    latest_gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+
+    __table_args__ = (PrimaryKeyConstraint("workspace_id", "id"),)
+
+
+class Gpu(Base):
+    """A card of one host; its UUID is unique within the host only (fake agents all say GPU-0)."""
+
+    __tablename__ = "gpus"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    id: Mapped[int] = mapped_column(BigInteger, Identity())
+    host_id: Mapped[int] = mapped_column(BigInteger)
+    uuid: Mapped[str] = mapped_column(Text)
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(Text)
+    memory_total_mb: Mapped[int] = mapped_column(Integer)
+    first_seen_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "host_id", "uuid"),
+        ForeignKeyConstraint(
+            ["workspace_id", "host_id"], ["hosts.workspace_id", "hosts.id"], ondelete="CASCADE"
+        ),
+    )
+
+
+class HostRejection(Base):
+    """Rejected pushes per host, reason and hour, so a broken agent is visible."""
+
+    __tablename__ = "host_rejections"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    host_id: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str] = mapped_column(Text)
+    hour_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    count: Mapped[int] = mapped_column(BigInteger)
+    last_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_detail: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "host_id", "reason", "hour_start"),
+        ForeignKeyConstraint(
+            ["workspace_id", "host_id"], ["hosts.workspace_id", "hosts.id"], ondelete="CASCADE"
+        ),
+    )

@@ -1,0 +1,132 @@
+"""The hosts people see: newest state, freshness, rejected pushes; revoking a host."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from board.auth.deps import WorkspaceContext
+from board.errors import NotFound
+from board.hosts.freshness import freshness
+from board.hosts.models import Host, HostRejection
+
+REJECTIONS_WINDOW = timedelta(hours=24)
+
+
+def _public_gpu(gpu: dict[str, Any], with_processes: bool) -> dict[str, Any]:
+    shown = {k: v for k, v in gpu.items() if k not in ("gpuId", "processes")}
+    shown["processes"] = list(gpu.get("processes", [])) if with_processes else None
+    if not with_processes:
+        shown["processCount"] = len(gpu.get("processes", []))
+    return shown
+
+
+def host_view(
+    host: Host,
+    ctx: WorkspaceContext,
+    now: datetime,
+    rejections: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "hostId": str(host.public_id),
+        "displayName": host.display_name,
+        "hostname": host.hostname,
+        "freshness": freshness(
+            host.latest_observed_at,
+            host.latest_collection_status,
+            now,
+            ctx.workspace.stale_after_seconds,
+        ),
+        "lastSeenAt": host.latest_observed_at.isoformat() if host.latest_observed_at else None,
+        "lastReceivedAt": (
+            host.latest_received_at.isoformat() if host.latest_received_at else None
+        ),
+        "collectionStatus": host.latest_collection_status,
+        "errors": list(host.latest_errors or []),
+        "agentVersion": host.agent_version,
+        "driverVersion": host.driver_version,
+        "tokenPrefix": host.agent_token_prefix,
+        "enrolledAt": host.enrolled_at.isoformat(),
+        "revokedAt": host.revoked_at.isoformat() if host.revoked_at else None,
+        "rejectedPushes": rejections,
+        "gpus": [_public_gpu(g, ctx.sees_processes) for g in (host.latest_gpus or [])],
+    }
+
+
+async def _rejections(
+    session: AsyncSession, workspace_id: int, host_ids: list[int], now: datetime
+) -> dict[int, list[dict[str, Any]]]:
+    rows = await session.execute(
+        select(
+            HostRejection.host_id,
+            HostRejection.reason,
+            func.sum(HostRejection.count),
+            func.max(HostRejection.last_at),
+            # The newest detail of the reason in the window.
+            func.max(func.concat(HostRejection.last_at, "\x1f", HostRejection.last_detail)),
+        )
+        .where(
+            HostRejection.workspace_id == workspace_id,
+            HostRejection.host_id.in_(host_ids),
+            HostRejection.hour_start >= now - REJECTIONS_WINDOW - timedelta(hours=1),
+        )
+        .group_by(HostRejection.host_id, HostRejection.reason)
+        .order_by(HostRejection.reason)
+    )
+    found: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for host_id, reason, count, last_at, last in rows.all():
+        found[host_id].append(
+            {
+                "reason": reason,
+                "count": int(count),
+                "lastAt": last_at.isoformat(),
+                "lastDetail": str(last).split("\x1f", 1)[-1],
+            }
+        )
+    return found
+
+
+async def list_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[dict[str, Any]]:
+    hosts = (
+        await session.scalars(
+            select(Host)
+            .where(Host.workspace_id == ctx.workspace_id, Host.revoked_at.is_(None))
+            .order_by(Host.display_name, Host.id)
+        )
+    ).all()
+    now = datetime.now(UTC)
+    rejections = await _rejections(session, ctx.workspace_id, [h.id for h in hosts], now)
+    return [host_view(h, ctx, now, rejections.get(h.id, [])) for h in hosts]
+
+
+async def get_host_row(session: AsyncSession, workspace_id: int, host_id: str) -> Host:
+    try:
+        public_id = uuid.UUID(host_id)
+    except ValueError:
+        raise NotFound("No such host in this workspace.") from None
+    host = await session.scalar(
+        select(Host).where(Host.workspace_id == workspace_id, Host.public_id == public_id)
+    )
+    if host is None:
+        raise NotFound("No such host in this workspace.")
+    return host
+
+
+async def get_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> dict[str, Any]:
+    host = await get_host_row(session, ctx.workspace_id, host_id)
+    now = datetime.now(UTC)
+    rejections = await _rejections(session, ctx.workspace_id, [host.id], now)
+    return host_view(host, ctx, now, rejections.get(host.id, []))
+
+
+async def revoke_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> Host:
+    """The agent token stops working once this commits; the history stays."""
+    host = await get_host_row(session, ctx.workspace_id, host_id)
+    if host.revoked_at is None:
+        host.revoked_at = datetime.now(UTC)
+    return host

@@ -1,0 +1,122 @@
+"""The agent payloads, exactly as agent-api.md defines them: strict, unknown fields rejected."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+SCHEMA_VERSION = "availability.snapshot.v1"
+MAX_GPUS = 64
+MAX_PROCESSES_PER_GPU = 512
+MAX_ERRORS = 32
+
+Str64 = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+Str128 = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Str255 = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
+
+UsageState = Literal["active", "idle_held", "idle"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ClaimRequest(_Strict):
+    enrollmentToken: Annotated[str, StringConstraints(min_length=1, max_length=512)]
+    hostname: Annotated[str, StringConstraints(max_length=255)] | None = None
+    agentVersion: Annotated[str, StringConstraints(max_length=64)] | None = None
+    driverVersion: Annotated[str, StringConstraints(max_length=64)] | None = None
+
+    @model_validator(mode="after")
+    def _token_not_blank(self) -> Self:
+        if not self.enrollmentToken.strip():
+            raise ValueError("enrollmentToken must not be blank")
+        return self
+
+
+class ClaimResponse(BaseModel):
+    hostId: str
+    displayName: str
+    agentToken: str
+    tokenPrefix: str
+
+
+class ProcessIn(_Strict):
+    pid: Annotated[int, Field(gt=0, le=2**31 - 1)]
+    linuxUser: Str64
+    name: Str255
+    type: Literal["compute", "graphics"] | None = None
+    # No upper bound: agents report per-process memory above the card's total.
+    memoryUsedMb: Annotated[int, Field(ge=0, le=2**53)] | None
+
+
+class GpuIn(_Strict):
+    index: Annotated[int, Field(ge=0, le=1023)]
+    uuid: Str128
+    name: Str255
+    memoryTotalMb: Annotated[int, Field(gt=0, le=2**31 - 1)]
+    memoryUsedMb: NonNegInt
+    utilPct: Annotated[int, Field(ge=0, le=100)]
+    temperatureC: NonNegInt | None
+    powerW: NonNegInt | None
+    usageState: UsageState | None = None
+    processes: Annotated[list[ProcessIn], Field(max_length=MAX_PROCESSES_PER_GPU)]
+
+    @model_validator(mode="after")
+    def _memory_within_total(self) -> Self:
+        if self.memoryUsedMb > self.memoryTotalMb:
+            raise ValueError(
+                f"memoryUsedMb ({self.memoryUsedMb}) exceeds memoryTotalMb ({self.memoryTotalMb})"
+            )
+        return self
+
+
+class HostIn(_Strict):
+    hostname: Str255
+    agentVersion: Str64
+    driverVersion: Str64
+    hostId: Str128 | None = None
+    displayName: Str255 | None = None
+
+
+class SnapshotIn(_Strict):
+    schemaVersion: str
+    collectionStatus: Literal["ok", "partial", "error"]
+    errors: Annotated[list[Str64], Field(max_length=MAX_ERRORS)]
+    observedAt: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    host: HostIn
+    gpus: Annotated[list[GpuIn], Field(max_length=MAX_GPUS)]
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        if self.schemaVersion != SCHEMA_VERSION:
+            raise ValueError(f"schemaVersion must be {SCHEMA_VERSION!r}")
+        if self.collectionStatus == "ok" and self.errors:
+            raise ValueError("errors must be empty when collectionStatus is 'ok'")
+        if self.collectionStatus != "ok" and not self.errors:
+            raise ValueError(
+                f"errors must name at least one code when collectionStatus is "
+                f"{self.collectionStatus!r}"
+            )
+        uuids = [g.uuid for g in self.gpus]
+        if len(set(uuids)) != len(uuids):
+            raise ValueError("gpus[].uuid must be unique within a snapshot")
+        parse_observed_at(self.observedAt)
+        return self
+
+    def observed_at(self) -> datetime:
+        return parse_observed_at(self.observedAt)
+
+
+def parse_observed_at(value: str) -> datetime:
+    """ISO 8601 with an explicit UTC offset; a naive time is ambiguous and refused."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"observedAt {value!r} is not an ISO 8601 timestamp") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError("observedAt must carry a UTC offset, e.g. +00:00")
+    return parsed

@@ -1,0 +1,374 @@
+"""The write path: many observations, one transaction, a handful of statements.
+
+Per batch: lock the hosts (in key order, so batches never deadlock), resolve GPU ids,
+look up neighbours only for out-of-order points, COPY the raw rows, upsert the rollup
+deltas with one statement per table and move the hosts' newest state forward.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from board.ingest.normalize import (
+    Observation,
+    gpu_state,
+    latest_gpus_json,
+    tick_from_latest_json,
+    tick_of,
+)
+from board.rollups.crediting import GpuTick, RollupDelta, Tick, compute_holders, to_us
+from board.rollups.store import upsert_rollup_delta
+
+
+class Outcome(enum.Enum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+    REVOKED = "revoked"
+
+
+@dataclass
+class _HostRow:
+    workspace_id: int
+    host_id: int
+    revoked: bool
+    latest_observed_at: datetime | None
+    latest_gpus: list[dict[str, Any]] | None
+    max_gap_us: int
+
+
+GpuKey = tuple[int, str]  # (host_id, uuid)
+GpuInfo = tuple[int, int, str, int]  # (gpu_id, index, name, memory_total_mb)
+
+
+async def _lock_hosts(
+    conn: psycopg.AsyncConnection[Any], keys: list[tuple[int, int]]
+) -> dict[int, _HostRow]:
+    cur = await conn.execute(
+        """
+        SELECT h.workspace_id, h.id, h.revoked_at IS NOT NULL, h.latest_observed_at,
+               h.latest_gpus, w.max_sample_gap_seconds
+        FROM hosts h
+        JOIN workspaces w ON w.id = h.workspace_id
+        WHERE (h.workspace_id, h.id) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
+        ORDER BY h.workspace_id, h.id
+        FOR UPDATE OF h
+        """,
+        [[k[0] for k in keys], [k[1] for k in keys]],
+    )
+    return {
+        row[1]: _HostRow(row[0], row[1], row[2], row[3], row[4], int(row[5]) * 1_000_000)
+        for row in await cur.fetchall()
+    }
+
+
+async def _resolve_gpu_ids(
+    conn: psycopg.AsyncConnection[Any],
+    observations: Sequence[Observation],
+    cache: dict[GpuKey, GpuInfo],
+) -> None:
+    """Make sure every (host, uuid) has a GPU row; the cache spares the round trip."""
+    wanted: dict[GpuKey, tuple[int, int, str, int]] = {}
+    for obs in observations:
+        for g in obs.snapshot.gpus:
+            key = (obs.host_id, g.uuid)
+            known = cache.get(key)
+            if known is None or known[1:] != (g.index, g.name, g.memoryTotalMb):
+                wanted[key] = (obs.workspace_id, g.index, g.name, g.memoryTotalMb)
+    if not wanted:
+        return
+    items = sorted(wanted.items())
+    cur = await conn.execute(
+        """
+        INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb)
+        SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::text[],
+                             %s::int[])
+        ON CONFLICT (workspace_id, host_id, uuid) DO UPDATE
+            SET gpu_index = EXCLUDED.gpu_index, name = EXCLUDED.name,
+                memory_total_mb = EXCLUDED.memory_total_mb
+        RETURNING host_id, uuid, id, gpu_index, name, memory_total_mb
+        """,
+        [
+            [v[0] for _, v in items],
+            [k[0] for k, _ in items],
+            [k[1] for k, _ in items],
+            [v[1] for _, v in items],
+            [v[2] for _, v in items],
+            [v[3] for _, v in items],
+        ],
+    )
+    for host_id, uuid, gpu_id, index, name, total in await cur.fetchall():
+        cache[(host_id, uuid)] = (gpu_id, index, name, total)
+
+
+async def _neighbours(
+    conn: psycopg.AsyncConnection[Any], points: list[tuple[int, int, datetime]]
+) -> dict[tuple[int, datetime], tuple[bool, datetime | None, datetime | None]]:
+    """For out-of-order points: already stored?, the stored predecessor and successor."""
+    cur = await conn.execute(
+        """
+        SELECT p.host_id, p.t,
+               EXISTS (SELECT 1 FROM host_observations o
+                       WHERE o.workspace_id = p.ws AND o.host_id = p.host_id
+                         AND o.observed_at = p.t),
+               (SELECT max(o.observed_at) FROM host_observations o
+                WHERE o.workspace_id = p.ws AND o.host_id = p.host_id AND o.observed_at < p.t),
+               (SELECT min(o.observed_at) FROM host_observations o
+                WHERE o.workspace_id = p.ws AND o.host_id = p.host_id AND o.observed_at > p.t)
+        FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS p(ws, host_id, t)
+        """,
+        [[p[0] for p in points], [p[1] for p in points], [p[2] for p in points]],
+    )
+    return {(r[0], r[1]): (r[2], r[3], r[4]) for r in await cur.fetchall()}
+
+
+async def load_ticks(
+    conn: psycopg.AsyncConnection[Any], keys: list[tuple[int, int, datetime]]
+) -> dict[tuple[int, datetime], Tick]:
+    """Stored observations as ticks (GPU state and compute holders), keyed by host and time."""
+    if not keys:
+        return {}
+    cur = await conn.execute(
+        """
+        SELECT k.host_id, k.t, g.gpu_id, g.state, g.util_pct, g.memory_used_mb,
+               g.memory_total_mb,
+               (SELECT coalesce(array_agg(DISTINCT ps.linux_user), '{}')
+                FROM process_samples ps
+                WHERE ps.workspace_id = k.ws AND ps.host_id = k.host_id
+                  AND ps.observed_at = k.t AND ps.gpu_id = g.gpu_id AND ps.type = 'compute')
+        FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS k(ws, host_id, t)
+        LEFT JOIN gpu_samples g
+               ON g.workspace_id = k.ws AND g.host_id = k.host_id AND g.observed_at = k.t
+        ORDER BY k.host_id, k.t, g.gpu_id
+        """,
+        [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]],
+    )
+    gpus: dict[tuple[int, datetime], list[GpuTick]] = defaultdict(list)
+    for host_id, t, gpu_id, state, util, mem, total, users in await cur.fetchall():
+        bucket = gpus[(host_id, t)]
+        if gpu_id is not None:
+            holders = compute_holders((u, "compute") for u in users)
+            bucket.append(GpuTick(gpu_id, state, util, mem, total, holders))
+    return {
+        key: Tick(host_id=key[0], observed_us=to_us(key[1]), gpus=tuple(v))
+        for key, v in gpus.items()
+    }
+
+
+async def _copy_raw(
+    conn: psycopg.AsyncConnection[Any],
+    observations: Sequence[Observation],
+    gpu_ids: dict[GpuKey, GpuInfo],
+) -> None:
+    async with conn.cursor() as cur:
+        async with cur.copy(
+            "COPY host_observations (workspace_id, host_id, observed_at, received_at, "
+            "collection_status, errors, agent_version, driver_version) FROM STDIN"
+        ) as copy:
+            for o in observations:
+                s = o.snapshot
+                await copy.write_row(
+                    (
+                        o.workspace_id,
+                        o.host_id,
+                        o.observed_at,
+                        o.received_at,
+                        s.collectionStatus,
+                        list(s.errors),
+                        s.host.agentVersion,
+                        s.host.driverVersion,
+                    )
+                )
+        async with cur.copy(
+            "COPY gpu_samples (workspace_id, host_id, observed_at, gpu_id, gpu_index, util_pct, "
+            "memory_used_mb, memory_total_mb, temperature_c, power_w, reported_state, state) "
+            "FROM STDIN"
+        ) as copy:
+            for o in observations:
+                for g in o.snapshot.gpus:
+                    await copy.write_row(
+                        (
+                            o.workspace_id,
+                            o.host_id,
+                            o.observed_at,
+                            gpu_ids[(o.host_id, g.uuid)][0],
+                            g.index,
+                            g.utilPct,
+                            g.memoryUsedMb,
+                            g.memoryTotalMb,
+                            g.temperatureC,
+                            g.powerW,
+                            g.usageState,
+                            gpu_state(g),
+                        )
+                    )
+        async with cur.copy(
+            "COPY process_samples (workspace_id, host_id, observed_at, gpu_id, pid, linux_user, "
+            "name, type, memory_used_mb) FROM STDIN"
+        ) as copy:
+            for o in observations:
+                for g in o.snapshot.gpus:
+                    gpu_id = gpu_ids[(o.host_id, g.uuid)][0]
+                    for p in g.processes:
+                        await copy.write_row(
+                            (
+                                o.workspace_id,
+                                o.host_id,
+                                o.observed_at,
+                                gpu_id,
+                                p.pid,
+                                p.linuxUser,
+                                p.name,
+                                p.type or "compute",
+                                p.memoryUsedMb,
+                            )
+                        )
+
+
+async def _advance_latest(
+    conn: psycopg.AsyncConnection[Any],
+    newest: list[Observation],
+    gpu_ids: dict[GpuKey, GpuInfo],
+) -> None:
+    if not newest:
+        return
+    rows = []
+    for o in newest:
+        ids = {g.uuid: gpu_ids[(o.host_id, g.uuid)][0] for g in o.snapshot.gpus}
+        rows.append((o, json.dumps(latest_gpus_json(o, ids))))
+    await conn.execute(
+        """
+        UPDATE hosts h SET
+            latest_observed_at = u.observed_at,
+            latest_received_at = u.received_at,
+            latest_collection_status = u.status,
+            latest_errors = string_to_array(u.errors, chr(31)),
+            latest_gpus = u.gpus::jsonb,
+            hostname = u.hostname,
+            agent_version = u.agent_version,
+            driver_version = u.driver_version
+        FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+                    %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])
+             AS u(ws, host_id, observed_at, received_at, status, errors, gpus, hostname,
+                  agent_version, driver_version)
+        WHERE h.workspace_id = u.ws AND h.id = u.host_id
+        """,
+        [
+            [o.workspace_id for o, _ in rows],
+            [o.host_id for o, _ in rows],
+            [o.observed_at for o, _ in rows],
+            [o.received_at for o, _ in rows],
+            [o.snapshot.collectionStatus for o, _ in rows],
+            # Arrays of arrays must be rectangular; join each host's codes instead.
+            [chr(31).join(o.snapshot.errors) for o, _ in rows],
+            [g for _, g in rows],
+            [o.snapshot.host.hostname for o, _ in rows],
+            [o.snapshot.host.agentVersion for o, _ in rows],
+            [o.snapshot.host.driverVersion for o, _ in rows],
+        ],
+    )
+
+
+async def write_batch(
+    conn: psycopg.AsyncConnection[Any],
+    observations: Sequence[Observation],
+    gpu_cache: dict[GpuKey, GpuInfo],
+) -> list[Outcome]:
+    """Store a batch inside the caller's transaction; one outcome per observation."""
+    outcomes: list[Outcome | None] = [None] * len(observations)
+    hosts = await _lock_hosts(conn, sorted({(o.workspace_id, o.host_id) for o in observations}))
+
+    per_host: dict[int, list[int]] = defaultdict(list)
+    for i, o in enumerate(observations):
+        host = hosts.get(o.host_id)
+        if host is None or host.revoked:
+            outcomes[i] = Outcome.REVOKED
+        else:
+            per_host[o.host_id].append(i)
+
+    # Duplicates inside the batch: the first copy wins.
+    seen: set[tuple[int, datetime]] = set()
+    for idxs in per_host.values():
+        for i in list(idxs):
+            key = (observations[i].host_id, observations[i].observed_at)
+            if key in seen:
+                outcomes[i] = Outcome.DUPLICATE
+                idxs.remove(i)
+            seen.add(key)
+
+    # Points not newer than the host's newest need the stored neighbourhood.
+    slow: list[tuple[int, int, datetime]] = []
+    for host_id, idxs in per_host.items():
+        latest = hosts[host_id].latest_observed_at
+        for i in idxs:
+            if latest is not None and observations[i].observed_at <= latest:
+                slow.append((hosts[host_id].workspace_id, host_id, observations[i].observed_at))
+    neighbours = await _neighbours(conn, slow) if slow else {}
+    for host_id, idxs in per_host.items():
+        for i in list(idxs):
+            n = neighbours.get((host_id, observations[i].observed_at))
+            if n is not None and n[0]:
+                outcomes[i] = Outcome.DUPLICATE
+                idxs.remove(i)
+
+    fresh = [observations[i] for idxs in per_host.values() for i in idxs]
+    await _resolve_gpu_ids(conn, fresh, gpu_cache)
+
+    # Group each host's new points by the stored interval they fall into.
+    delta = RollupDelta()
+    before_keys: list[tuple[int, int, datetime]] = []
+    groups: list[tuple[_HostRow, datetime | None, datetime | None, list[Observation]]] = []
+    newest: list[Observation] = []
+    for host_id, idxs in per_host.items():
+        if not idxs:
+            continue
+        host = hosts[host_id]
+        ordered = sorted((observations[i] for i in idxs), key=lambda o: o.observed_at)
+        first_group = len(groups)
+        current: tuple[datetime | None, datetime | None] | None = None
+        for o in ordered:
+            n = neighbours.get((host_id, o.observed_at))
+            span = (n[1], n[2]) if n is not None else (host.latest_observed_at, None)
+            if span != current:
+                groups.append((host, span[0], span[1], []))
+                current = span
+            groups[-1][3].append(o)
+        for _, before, _, _ in groups[first_group:]:
+            if before is not None and before != host.latest_observed_at:
+                before_keys.append((host.workspace_id, host_id, before))
+        if host.latest_observed_at is None or ordered[-1].observed_at > host.latest_observed_at:
+            newest.append(ordered[-1])
+
+    stored_ticks = await load_ticks(conn, sorted(set(before_keys)))
+    for host, before, after, new in groups:
+        opener: Tick | None = None
+        if before is not None:
+            if before == host.latest_observed_at and host.latest_gpus is not None:
+                opener = tick_from_latest_json(host.host_id, to_us(before), host.latest_gpus)
+            else:
+                opener = stored_ticks.get((host.host_id, before))
+        ids = {g.uuid: gpu_cache[(host.host_id, g.uuid)][0] for o in new for g in o.snapshot.gpus}
+        ticks = [tick_of(o, ids) for o in new]
+        delta.credit_insertion(
+            opener, ticks, to_us(after) if after is not None else None, host.max_gap_us
+        )
+
+    if fresh:
+        await _copy_raw(conn, fresh, gpu_cache)
+        await upsert_rollup_delta(conn, hosts_workspace(hosts), delta)
+        await _advance_latest(conn, newest, gpu_cache)
+    for idxs in per_host.values():
+        for i in idxs:
+            outcomes[i] = Outcome.STORED
+    return [o if o is not None else Outcome.REVOKED for o in outcomes]
+
+
+def hosts_workspace(hosts: dict[int, _HostRow]) -> dict[int, int]:
+    return {h.host_id: h.workspace_id for h in hosts.values()}

@@ -1,0 +1,110 @@
+"""Group commit: concurrent pushes share one transaction, each still waits for its commit.
+
+A push is answered 202 only after the transaction holding its rows has committed.
+While one batch is being written the next requests queue up, so under load batches
+grow by themselves and the cost of a commit is shared by every request in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+from datetime import UTC, date, datetime
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from board.ingest.normalize import Observation
+from board.ingest.store import GpuInfo, GpuKey, Outcome, write_batch
+from board.partitions.maintenance import create_partitions, existing_partitions
+
+log = logging.getLogger(__name__)
+
+_Item = tuple[Observation, "asyncio.Future[Outcome]"]
+
+
+class IngestWriter:
+    def __init__(self, pool: AsyncConnectionPool[Any], max_batch: int = 256, writers: int = 2):
+        self._pool = pool
+        self._max_batch = max_batch
+        self._writers = writers
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._gpu_cache: dict[GpuKey, GpuInfo] = {}
+        self._partition_days: set[date] | None = None
+        self._partition_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._run()) for _ in range(self._writers)]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def submit(self, observation: Observation) -> Outcome:
+        if not self._tasks:
+            raise RuntimeError("ingest writer is not running")
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        await self._queue.put((observation, future))
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._write(batch)
+
+    async def _write(self, batch: list[_Item]) -> None:
+        try:
+            outcomes = await self._transaction([obs for obs, _ in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                log.exception("storing an observation failed")
+                if not batch[0][1].done():
+                    batch[0][1].set_exception(exc)
+                return
+            # One bad item must not fail its neighbours: retry each alone.
+            for item in batch:
+                await self._write([item])
+            return
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if not future.done():
+                future.set_result(outcome)
+
+    async def _transaction(self, observations: list[Observation]) -> list[Outcome]:
+        await self._ensure_partitions({o.observed_at.astimezone(UTC).date() for o in observations})
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                return await write_batch(conn, observations, self._gpu_cache)
+
+    async def _ensure_partitions(self, days: set[date]) -> None:
+        """Partitions normally exist already (maintenance); this covers a lagging schedule."""
+        if self._partition_days is not None and days <= self._partition_days:
+            return
+        async with self._partition_lock:
+            async with self._pool.connection() as conn:
+                await conn.set_autocommit(True)
+                try:
+                    if self._partition_days is None or not days <= self._partition_days:
+                        have = await existing_partitions(conn)
+                        known = set.intersection(*have.values())
+                        missing = sorted(days - known)
+                        if missing:
+                            await create_partitions(conn, missing)
+                        self._partition_days = known | set(missing)
+                finally:
+                    await conn.set_autocommit(False)
+
+    def forget_partitions(self) -> None:
+        """After maintenance dropped or created partitions elsewhere."""
+        self._partition_days = None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

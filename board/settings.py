@@ -1,0 +1,74 @@
+"""One settings class, one env prefix (GUA_BOARD_), unsafe values refused at start-up."""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_WEAK_SECRETS = {"changeme", "secret", "password", "dev", "test", "insecure"}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GUA_BOARD_", extra="ignore")
+
+    # When unset, an embedded PostgreSQL (pgserver) under data_dir is used.
+    database_url: str | None = None
+    data_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("gua-board", appauthor=False))
+    )
+    # Signs session cookies. When unset, a random key is generated once and kept in data_dir.
+    secret_key: str | None = None
+    raw_retention_days: int = Field(default=35, ge=2, le=3650)
+    partitions_ahead_days: int = Field(default=3, ge=1, le=60)
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_future_seconds: int = Field(default=300, ge=0, le=3600)
+    enrollment_token_ttl_hours: int = Field(default=24, ge=1, le=24 * 30)
+    maintenance_interval_seconds: int = Field(default=3600, ge=10)
+    ingest_max_batch: int = Field(default=256, ge=1, le=5000)
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+    log_level: str = "info"
+    # Cookies are marked Secure unless the operator serves plain HTTP on purpose.
+    cookie_secure: bool = False
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
+            raise ValueError("GUA_BOARD_DATABASE_URL must be a postgresql:// URL (PostgreSQL only)")
+        return value
+
+    @field_validator("secret_key")
+    @classmethod
+    def _strong_secret(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if len(value) < 32 or value.lower() in _WEAK_SECRETS:
+            raise ValueError("GUA_BOARD_SECRET_KEY must be at least 32 random characters")
+        return value
+
+    def resolved_secret_key(self) -> str:
+        """The configured key, else one generated once and kept (mode 0600) in data_dir."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.data_dir / "secret_key"
+        if path.exists():
+            return path.read_text().strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(48)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(key)
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return key
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,59 @@
+"""Alembic environment: the board's metadata, its URL rule, partitions left out."""
+
+from __future__ import annotations
+
+import re
+from logging.config import fileConfig
+from typing import Any
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from board.db.models import Base
+from board.db.urls import resolve_database_url, sqlalchemy_url
+from board.settings import Settings
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = Base.metadata
+_PARTITION_NAME = re.compile(r"_p\d{8}$")
+
+
+def _url() -> str:
+    url = config.attributes.get("database_url")
+    if url is None:
+        url = resolve_database_url(Settings())
+    return sqlalchemy_url(str(url))
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    # Daily partition children are made at run time by board.partitions.
+    return not (type_ == "table" and name is not None and _PARTITION_NAME.search(name))
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        context.configure(
+            connection=connection, target_metadata=target_metadata, include_name=include_name
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as conn:
+        context.configure(
+            connection=conn, target_metadata=target_metadata, include_name=include_name
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+if context.is_offline_mode():
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_migrations_online()
