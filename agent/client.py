@@ -1,0 +1,218 @@
+"""The two HTTP calls the agent makes to a board, and how their answers are classified."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal
+
+import httpx
+
+from agent import AGENT_VERSION
+
+CLAIM_PATH = "/agent/v1/enrollments/claim"
+OBSERVATIONS_PATH = "/agent/v1/observations"
+# Longer Retry-After values are treated as this: the agent keeps spooling meanwhile.
+MAX_RETRY_AFTER_SECONDS = 3600.0
+_MAX_DETAIL_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Per-request limits in seconds: connecting, and waiting for each read of the answer."""
+
+    connect: float = 5.0
+    read: float = 10.0
+
+    def bounded(self, budget: float | None) -> httpx.Timeout:
+        """These timeouts, none longer than `budget` seconds when one is given."""
+        connect, read = self.connect, self.read
+        if budget is not None:
+            connect, read = min(connect, budget), min(read, budget)
+        return httpx.Timeout(connect=connect, read=read, write=read, pool=connect)
+
+
+@dataclass(frozen=True, slots=True)
+class Enrollment:
+    """A successful claim. `agent_token` is secret and kept out of repr()."""
+
+    host_id: str
+    display_name: str
+    token_prefix: str
+    agent_token: str
+
+    def __repr__(self) -> str:
+        return (
+            f"Enrollment(host_id={self.host_id!r}, display_name={self.display_name!r}, "
+            f"token_prefix={self.token_prefix!r})"
+        )
+
+
+class EnrollmentError(Exception):
+    """Enrollment failed; the message is safe to print (never contains a token)."""
+
+
+AnswerKind = Literal["accepted", "rejected", "unauthorized", "retry"]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one POST of a snapshot came to.
+
+    - accepted: any 2xx.
+    - unauthorized: 401, the host was revoked.
+    - rejected: another 4xx; never retried, the snapshot is dropped.
+    - retry: 5xx, 429, a network error or timeout, or a status the agent does not
+      expect; `retry_after` carries the server's Retry-After in seconds.
+    """
+
+    kind: AnswerKind
+    status: int | None
+    message: str
+    retry_after: float | None = None
+
+
+class BoardClient:
+    """An httpx client bound to one board; pass `transport` to test without a network."""
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        agent_token: str | None = None,
+        timeouts: Timeouts | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.server_url = server_url.rstrip("/")
+        self.timeouts = timeouts or Timeouts()
+        headers = {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": f"gua-agent/{AGENT_VERSION}",
+        }
+        if agent_token is not None:
+            headers["Authorization"] = f"Bearer {agent_token}"
+        self._http = httpx.Client(
+            headers=headers,
+            timeout=self.timeouts.bounded(None),
+            transport=transport,
+            follow_redirects=False,
+            trust_env=True,
+        )
+
+    def __enter__(self) -> BoardClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def claim(
+        self,
+        enrollment_token: str,
+        *,
+        hostname: str | None,
+        agent_version: str,
+        driver_version: str | None,
+    ) -> Enrollment:
+        """Exchange a one-time enrollment token for this host's agent token."""
+        body: dict[str, str] = {"enrollmentToken": enrollment_token}
+        optional = {
+            "hostname": hostname,
+            "agentVersion": agent_version,
+            "driverVersion": driver_version,
+        }
+        body.update({k: v for k, v in optional.items() if v})
+        url = self.server_url + CLAIM_PATH
+        try:
+            response = self._http.post(url, content=json.dumps(body).encode("utf-8"))
+        except httpx.HTTPError as exc:
+            raise EnrollmentError(
+                f"could not reach the board at {self.server_url}: {_describe(exc)}"
+            ) from None
+        if not response.is_success:
+            raise EnrollmentError(f"the board refused the enrollment: {_status_text(response)}")
+        data = _json_object(response)
+        values: dict[str, str] = {}
+        for key in ("hostId", "displayName", "agentToken", "tokenPrefix"):
+            value = data.get(key) if data is not None else None
+            if not isinstance(value, str) or not value:
+                raise EnrollmentError(f"the board's answer has no usable {key!r}; not enrolled")
+            values[key] = value
+        return Enrollment(
+            host_id=values["hostId"],
+            display_name=values["displayName"],
+            token_prefix=values["tokenPrefix"],
+            agent_token=values["agentToken"],
+        )
+
+    def post_observation(self, body: bytes, *, budget: float | None = None) -> Answer:
+        """POST one encoded snapshot; never raises for network or HTTP errors."""
+        try:
+            response = self._http.post(
+                self.server_url + OBSERVATIONS_PATH,
+                content=body,
+                timeout=self.timeouts.bounded(budget),
+            )
+        except httpx.HTTPError as exc:
+            return Answer("retry", None, _describe(exc))
+        status = response.status_code
+        if response.is_success:
+            return Answer("accepted", status, f"HTTP {status}")
+        text = _status_text(response)
+        if status == 401:
+            return Answer("unauthorized", status, text)
+        if status == 429 or status >= 500 or status < 400:
+            return Answer(
+                "retry", status, text, parse_retry_after(response.headers.get("Retry-After"))
+            )
+        return Answer("rejected", status, text)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), capped."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if math.isnan(seconds):
+        return None
+    return min(MAX_RETRY_AFTER_SECONDS, max(0.0, seconds))
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    try:
+        data = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _status_text(response: httpx.Response) -> str:
+    """`HTTP 422: <detail>` where the body's `detail` is a string, else `HTTP 422`."""
+    data = _json_object(response)
+    detail = data.get("detail") if data is not None else None
+    if isinstance(detail, str) and detail.strip():
+        clean = "".join(ch if ch.isprintable() else " " for ch in detail.strip())
+        return f"HTTP {response.status_code}: {clean[:_MAX_DETAIL_CHARS]}"
+    return f"HTTP {response.status_code}"
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "network error"
+    text = str(exc).strip()
+    return f"{kind} ({type(exc).__name__}{': ' + text if text else ''})"
