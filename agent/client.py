@@ -207,7 +207,7 @@ def _status_text(response: httpx.Response) -> str:
     data = _json_object(response)
     detail = data.get("detail") if data is not None else None
     if isinstance(detail, str) and detail.strip():
-        clean = "".join(ch if ch.isprintable() else " " for ch in detail.strip())
+        clean = "".join(ch if ch.isprintable() else " " for ch in detail).strip()
         return f"HTTP {response.status_code}: {clean[:_MAX_DETAIL_CHARS]}"
     return f"HTTP {response.status_code}"
 

@@ -213,6 +213,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    status: int | None = None  # what the board answered; None if it never did
 
     @property
     def json(self) -> Any:
@@ -237,6 +238,7 @@ class FakeBoard:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 with board._lock:
+                    index = len(board.received)
                     board.received.append(
                         Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                     )
@@ -246,6 +248,7 @@ class FakeBoard:
                 if reply.drop:
                     self.close_connection = True
                     return
+                board.received[index].status = reply.status
                 payload = reply.body
                 data = json.dumps(payload).encode() if isinstance(payload, dict) else payload or b""
                 self.send_response(reply.status)
@@ -262,7 +265,9 @@ class FakeBoard:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -276,8 +281,13 @@ class FakeBoard:
     def observations(self) -> list[Received]:
         return [r for r in self.received if r.path == "/agent/v1/observations"]
 
-    def observed_at(self) -> list[str]:
-        return [r.json["observedAt"] for r in self.observations()]
+    def observed_at(self, status: int | None = None) -> list[str]:
+        """observedAt of the snapshots received (only those answered `status`, if given)."""
+        return [
+            r.json["observedAt"]
+            for r in self.observations()
+            if status is None or r.status == status
+        ]
 
 
 @pytest.fixture
