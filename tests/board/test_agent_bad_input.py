@@ -87,7 +87,8 @@ async def test_bad_snapshot_changes_nothing(app, client, case: str) -> None:
     )
     assert r.status_code == status, r.text
     detail = r.json()["detail"]
-    assert isinstance(detail, str) and detail
+    assert isinstance(detail, str)
+    assert detail
     assert mention.lower() in detail.lower()
     assert await scalar(app, "SELECT count(*) FROM host_observations") == 0
     assert await scalar(app, "SELECT count(*) FROM gpu_samples") == 0
