@@ -1,0 +1,34 @@
+# The two commands of the README, and the checks CI runs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo serve test check lint
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.board: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[board]'
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[board,dev]'
+	touch $@
+
+demo: $(VENV)/.board
+	$(BIN)/gua-board demo
+
+serve: $(VENV)/.board
+	$(BIN)/gua-board serve
+
+test: $(VENV)/.dev
+	$(BIN)/pytest -n 2
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check board agent
+	$(BIN)/mypy
+
+check: lint test
