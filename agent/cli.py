@@ -27,7 +27,7 @@ from agent.config import (
 )
 from agent.fake import FakeCollector
 from agent.logs import redact, scrub, setup_logging
-from agent.nvml import NvmlCollector, load_nvml
+from agent.nvml import NvmlCollector, load_nvml, probe_driver_version
 from agent.payload import HostIdentity
 from agent.runner import Collector, Runner, take_snapshot
 from agent.sender import HostRevoked, Sender
@@ -217,7 +217,7 @@ def cmd_enroll(args: argparse.Namespace) -> int:
                 token,
                 hostname=socket.gethostname(),
                 agent_version=AGENT_VERSION,
-                driver_version=probe_driver_version(),
+                driver_version=probe_driver_version(load_nvml()),
             )
     except EnrollmentError as exc:
         print(f"gua-agent: {scrub(str(exc))}", file=sys.stderr)
@@ -245,16 +245,6 @@ def cmd_enroll(args: argparse.Namespace) -> int:
         f"{config.token_prefix}…). Config written to {path}."
     )
     return EXIT_OK
-
-
-def probe_driver_version() -> str | None:
-    """The NVIDIA driver version for the claim, or None when NVML cannot say."""
-    collector = NvmlCollector(load_nvml())
-    try:
-        version = collector.collect().driver_version
-    finally:
-        collector.close()
-    return None if version == "unknown" else version
 
 
 def cmd_push(args: argparse.Namespace) -> int:

@@ -30,17 +30,19 @@ class RedactingFilter(logging.Filter):
 
 
 _filter = RedactingFilter()
+_handler: logging.Handler | None = None
 
 
 def setup_logging(level: str = "INFO") -> None:
     """Log lines to stderr (journald adds its own timestamps under systemd)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handler.addFilter(_filter)
+    global _handler
     root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
+    if _handler is not None:
+        root.removeHandler(_handler)
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    _handler.addFilter(_filter)
+    root.addHandler(_handler)
     root.setLevel(level.upper())
     # httpx logs every request URL at INFO; keep that out of the agent's own log.
     logging.getLogger("httpx").setLevel(logging.WARNING)

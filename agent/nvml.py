@@ -51,6 +51,25 @@ def load_nvml() -> ModuleType | None:
         return None
 
 
+def probe_driver_version(nvml: Any | None) -> str | None:
+    """The driver version for the enrollment claim, or None (quietly) when NVML cannot say."""
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return None
+    try:
+        return _text(nvml.nvmlSystemGetDriverVersion()) or None
+    except nvml.NVMLError:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
 def _text(value: object) -> str:
     # Older pynvml releases return bytes for names, UUIDs and versions.
     if isinstance(value, bytes):

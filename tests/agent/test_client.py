@@ -56,21 +56,29 @@ def test_request_shape() -> None:
         (202, None, "accepted", "HTTP 202"),
         (202, b"<<not json>>", "accepted", "HTTP 202"),
         (200, {}, "accepted", "HTTP 200"),
-        (422, {"detail": "observedAt is outside the retention window"}, "rejected",
-         "HTTP 422: observedAt is outside the retention window"),
+        (
+            422,
+            {"detail": "observedAt is outside the retention window"},
+            "rejected",
+            "HTTP 422: observedAt is outside the retention window",
+        ),
         (422, {"detail": [{"loc": ["body"], "msg": "x"}]}, "rejected", "HTTP 422"),
         (413, b"<html>too large</html>", "rejected", "HTTP 413"),
         (400, {"detail": "bad\nnews\x1b"}, "rejected", "HTTP 400: bad news"),
         (403, {"detail": "host disabled"}, "rejected", "HTTP 403: host disabled"),
-        (401, {"detail": "unknown or revoked token"}, "unauthorized",
-         "HTTP 401: unknown or revoked token"),
+        (
+            401,
+            {"detail": "unknown or revoked token"},
+            "unauthorized",
+            "HTTP 401: unknown or revoked token",
+        ),
         (500, {"detail": "boom"}, "retry", "HTTP 500: boom"),
         (502, b"<html>bad gateway</html>", "retry", "HTTP 502"),
         (503, None, "retry", "HTTP 503"),
         (429, {"detail": "slow down"}, "retry", "HTTP 429: slow down"),
         (301, None, "retry", "HTTP 301"),
     ],
-)  # fmt: skip
+)
 def test_answers(status: int, body: object, kind: str, message: str) -> None:
     with client_answering(reply(status, body)) as client:
         answer = client.post_observation(b"{}")
@@ -146,8 +154,10 @@ def test_claim_request_and_answer(example) -> None:
             "gua_enroll_abc", hostname="fakehost", agent_version="1.8.0", driver_version=None
         )
     assert (enrollment.host_id, enrollment.display_name, enrollment.token_prefix) == (
-        "h1", "gpu01", "gua_agent_s3",
-    )  # fmt: skip
+        "h1",
+        "gpu01",
+        "gua_agent_s3",
+    )
     assert enrollment.agent_token == TOKEN
     assert TOKEN not in repr(enrollment)
     (request,) = seen

@@ -18,12 +18,26 @@ def released_fake_collection() -> Collection:
         driver_version="560.35.05-fake",
         gpus=(
             GpuReading(
-                0, "GPU-0", a6000, 49140, 49140, 80, 80, 150,
+                0,
+                "GPU-0",
+                a6000,
+                49140,
+                49140,
+                80,
+                80,
+                150,
                 (ProcessReading(1234, "alice", "python", "compute", 70000),),
                 usage_state="active",
             ),
             GpuReading(
-                1, "GPU-1", a6000, 49140, 8200, 2, 41, 72,
+                1,
+                "GPU-1",
+                a6000,
+                49140,
+                8200,
+                2,
+                41,
+                72,
                 (
                     ProcessReading(5678, "bob", "jupyter", "compute", 8000),
                     ProcessReading(9999, "unknown", "unknown", "compute", 200),
@@ -31,12 +45,19 @@ def released_fake_collection() -> Collection:
                 usage_state="idle_held",
             ),
             GpuReading(
-                2, "GPU-2", a6000, 49140, 128, 0, 40, 70,
+                2,
+                "GPU-2",
+                a6000,
+                49140,
+                128,
+                0,
+                40,
+                70,
                 (ProcessReading(1200, "gdm", "Xorg", "graphics", 128),),
                 usage_state="idle",
             ),
         ),
-    )  # fmt: skip
+    )
 
 
 def test_same_bytes_as_released_agent(example, contract) -> None:
