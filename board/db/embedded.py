@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -14,11 +15,16 @@ def embedded_database_url(data_dir: Path) -> str:
     cleanup_mode=None keeps the server running after this process exits, so every
     `gua-board` command reuses the same instance instead of starting its own.
     """
-    from pgserver import postgres_server
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, containers); harmless here.
+        warnings.simplefilter("ignore")
+        from pgserver import postgres_server
 
     pgdata = data_dir / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = postgres_server.get_server(pgdata, cleanup_mode=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = postgres_server.get_server(pgdata, cleanup_mode=None)
     uri: str = server.get_uri()
     log.info("using embedded PostgreSQL under %s", pgdata)
     return uri
