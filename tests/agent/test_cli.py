@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, FakeBoard, Reply
 
 from agent import AGENT_VERSION, fsutil
 from agent.cli import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REVOKED, EXIT_SPOOLED, main
 from agent.config import AgentConfig, default_config_path, default_spool_dir
+from tests.agent.fakes import REPO_ROOT, FakeBoard, Reply
 
 ENROLL_TOKEN = "gua_enroll_one_time_secret_7f3a"
 AGENT_TOKEN = "gua_agent_very_secret_token_9c1e2b"

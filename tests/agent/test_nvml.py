@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 
 import pynvml
 import pytest
-from conftest import MIB, FakeGpu, FakeNvml, FakeProc, FakeProcRoot
 
 from agent.model import Collection
 from agent.nvml import NvmlCollector
 from agent.payload import HostIdentity, build_observation
 from agent.procinfo import ProcInfo
 from agent.usage import UsageTracker
+from tests.agent.fakes import MIB, FakeGpu, FakeNvml, FakeProc, FakeProcRoot
 
 USERS = {1000: "alice", 1001: "bob", 0: "root"}
 AT = datetime(2026, 12, 2, 17, 42, 36, 516146, tzinfo=UTC)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import pwd
 
-from conftest import FakeProcRoot
-
 from agent.procinfo import ProcInfo, passwd_name
+from tests.agent.fakes import FakeProcRoot
 
 USERS = {1000: "alice", 1001: "bob"}
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import FakeBoard, Reply
 
 from agent.client import BoardClient, Timeouts
 from agent.fake import FakeCollector
 from agent.sender import MAX_REPLAY_FAILURES, Backoff, HostRevoked, Sender
 from agent.spool import Spool
+from tests.agent.fakes import FakeBoard, Reply
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 FAKE = FakeCollector("sender-test")
