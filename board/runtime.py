@@ -67,4 +67,5 @@ async def get_session(runtime: RuntimeDep) -> Any:
         yield session
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+# scope="function": commit before the response is sent, so a 2xx always means committed.
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
