@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 
 Outcome = Literal["sent", "dropped", "spooled", "lost"]
 
-# Below this many seconds of budget a request is not worth starting.
-MIN_REQUEST_BUDGET = 0.2
+# Below this many seconds of budget a request is not worth starting (ticks go down to 200 ms).
+MIN_REQUEST_BUDGET = 0.05
 # A spooled snapshot that gets a 5xx this many times, each time while the board
 # accepted a fresh one in the same tick, is taken to be what the board chokes on.
 MAX_REPLAY_FAILURES = 5

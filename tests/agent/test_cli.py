@@ -376,7 +376,7 @@ def wait_for(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_run_ticks_and_stops_cleanly(
     board: FakeBoard, enrolled: Path, tmp_path: Path, contract, sig
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from agent.payload import HostIdentity
 from agent.runner import Runner
 from agent.sender import Sender
 from agent.spool import Spool
+from tests.agent.fakes import FakeBoard
 
 EPOCH = datetime(2026, 12, 2, 17, 0, 0, tzinfo=UTC)
 
@@ -139,3 +141,14 @@ def test_single_tick_rule_with_zero_grace(tmp_path: Path) -> None:
     runner.tracker = UsageTracker(0, 0)
     body = json.loads(runner.snapshot())
     assert [g["usageState"] for g in body["gpus"]] == ["active", "idle_held", "idle", "active"]
+
+
+def test_fastest_interval_sends_every_tick(board: FakeBoard, tmp_path: Path) -> None:
+    with BoardClient(board.url, agent_token="t") as client:
+        sender = Sender(client, Spool(tmp_path / "spool"))
+        runner = Runner(FakeCollector("fast"), sender, HostIdentity("fast", "0"), interval=0.2)
+        started = time.monotonic()
+        runner.run(max_ticks=6)
+    assert 1.0 <= time.monotonic() - started < 1.6
+    assert len(board.observed_at(status=202)) == 6
+    assert len(sender.spool) == 0
