@@ -1,0 +1,102 @@
+"""The agent's archive endpoints (agent-api.md) and the host's archive status."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+
+from board.archives import service
+from board.archives.worker import Archives
+from board.auth.deps import WorkspaceDep
+from board.errors import DomainError, ServiceUnavailable, Unprocessable
+from board.hosts.rejections import record_rejection
+from board.ingest.routes import read_body
+from board.ingest.service import authenticate_agent
+from board.runtime import Runtime, RuntimeDep, SessionDep
+
+agent_router = APIRouter(prefix="/agent/v1/archives", tags=["agent"])
+api_router = APIRouter(
+    prefix="/api/v1/workspaces/{slug}/hosts/{host_id}/archives", tags=["archives"]
+)
+
+
+def get_archives(runtime: RuntimeDep) -> Archives:
+    if runtime.archives is None:
+        raise ServiceUnavailable("Archives are not available on this board process.")
+    return runtime.archives
+
+
+ArchivesDep = Annotated[Archives, Depends(get_archives)]
+Authorization = Annotated[str | None, Header()]
+
+
+async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainError) -> None:
+    """A refused upload shows on the host like a refused push, with the reason."""
+    await record_rejection(
+        runtime.pool,
+        principal[0],
+        principal[1],
+        "archive_rejected",
+        exc.detail,
+        datetime.now(UTC),
+    )
+
+
+@agent_router.get("")
+async def list_archives(
+    runtime: RuntimeDep, session: SessionDep, authorization: Authorization = None
+) -> dict[str, Any]:
+    workspace_id, host_id = await authenticate_agent(runtime, authorization)
+    objects = await service.list_archives(session, workspace_id, host_id)
+    return {"archives": [service.object_view(o) for o in objects]}
+
+
+@agent_router.post("", status_code=201)
+async def upload_archive(
+    request: Request,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    archives: ArchivesDep,
+    date: Annotated[str | None, Query()] = None,
+    table: Annotated[str | None, Query()] = None,
+    authorization: Authorization = None,
+) -> JSONResponse:
+    principal = await authenticate_agent(runtime, authorization)
+    try:
+        target = service.parse_target(table, date, datetime.now(UTC), runtime.settings)
+        body = await read_body(request, runtime.settings.archive_max_bytes)
+        result = await service.store_archive(
+            session, archives.store, runtime.settings, principal, target, body
+        )
+    except DomainError as exc:
+        await _rejected(runtime, principal, exc)
+        raise
+    await session.commit()  # the worker must see the object when it wakes
+    archives.kick()
+    return JSONResponse(result, status_code=201)
+
+
+@agent_router.delete("")
+async def prune_archives(
+    runtime: RuntimeDep,
+    session: SessionDep,
+    archives: ArchivesDep,
+    olderThanDays: Annotated[str | None, Query()] = None,  # the agent's spelling
+    authorization: Authorization = None,
+) -> dict[str, Any]:
+    principal = await authenticate_agent(runtime, authorization)
+    if olderThanDays is None or not olderThanDays.isdigit():
+        raise Unprocessable("olderThanDays must be a whole number of days (0 or more).")
+    keys = await service.prune(session, principal, int(olderThanDays), datetime.now(UTC))
+    await session.commit()  # objects go only once nothing points at them
+    for key in keys:
+        await archives.store.delete(key)
+    return {"deleted": len(keys)}
+
+
+@api_router.get("")
+async def host_archives(host_id: str, ctx: WorkspaceDep, session: SessionDep) -> dict[str, Any]:
+    return await service.host_archives(session, ctx, host_id)

@@ -1,0 +1,286 @@
+"""Archive rules: which objects an agent may upload, storing and listing them, pruning.
+
+An upload is checked whole (board.archives.csvfile) before it is stored, so a refused
+upload changes nothing. A day's back-fill is queued when both of its time-series
+objects are there (the agent posts gpu_sample, then proc_sample, of each day): a tick
+needs the GPU rows and the process rows of the same instant, and a tick stored from
+one of them alone could never be completed later, since stored ticks are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from board.archives.csvfile import TABLES, BadArchive, validate
+from board.archives.models import FULL, ArchiveBackfill, ArchiveObject
+from board.archives.storage import ArchiveStore, object_key
+from board.auth.deps import WorkspaceContext
+from board.errors import BadRequest, PayloadTooLarge, Unprocessable
+from board.hosts.service import get_host_row
+from board.settings import Settings
+
+DAY_TABLES = tuple(t for t, spec in TABLES.items() if spec.daily)
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_target(
+    table: str | None, day_text: str | None, now: datetime, settings: Settings
+) -> tuple[str, str, date | None]:
+    """(table, day as named, the UTC day or None for `_full`), or a 422 saying why."""
+    if not table:
+        raise Unprocessable("The query parameter 'table' is required.")
+    spec = TABLES.get(table)
+    if spec is None:
+        raise Unprocessable(
+            f"Unknown archive table {table!r}; expected one of {', '.join(TABLES)}."
+        )
+    if not day_text:
+        raise Unprocessable("The query parameter 'date' is required.")
+    if not spec.daily:
+        if day_text != FULL:
+            raise Unprocessable(f"The {table} table is archived whole: use date={FULL}.")
+        return table, FULL, None
+    if day_text == FULL or not _DATE.match(day_text):
+        raise Unprocessable(
+            f"The {table} table is archived per UTC day: date must be YYYY-MM-DD, not {day_text!r}."
+        )
+    try:
+        day = date.fromisoformat(day_text)
+    except ValueError:
+        raise Unprocessable(f"date {day_text!r} is not a calendar date.") from None
+    # Only closed days: the day must have ended, allowing the clock skew live pushes get.
+    end = datetime.combine(day + timedelta(days=1), time(), UTC)
+    if end > now + timedelta(seconds=settings.max_future_seconds):
+        raise Unprocessable(
+            f"date {day_text} is not a closed UTC day yet (the board's clock says "
+            f"{now.isoformat()}); only past days are archived."
+        )
+    return table, day_text, day
+
+
+async def list_archives(session: AsyncSession, workspace_id: int, host_id: int) -> list[Any]:
+    return list(
+        (
+            await session.scalars(
+                select(ArchiveObject)
+                .where(ArchiveObject.workspace_id == workspace_id, ArchiveObject.host_id == host_id)
+                .order_by(ArchiveObject.day, ArchiveObject.table_name)
+            )
+        ).all()
+    )
+
+
+def object_view(obj: ArchiveObject) -> dict[str, Any]:
+    return {
+        "date": obj.day,
+        "table": obj.table_name,
+        "sizeBytes": obj.size_bytes,
+        "rows": obj.row_count,
+        "uploadedAt": obj.uploaded_at.isoformat(),
+    }
+
+
+async def store_archive(
+    session: AsyncSession,
+    store: ArchiveStore,
+    settings: Settings,
+    principal: tuple[int, int],
+    target: tuple[str, str, date | None],
+    data: bytes,
+) -> dict[str, Any]:
+    """Validate, store (replacing an earlier upload) and index one object."""
+    workspace_id, host_id = principal
+    table, day_text, day = target
+    if len(data) > settings.archive_max_bytes:
+        raise PayloadTooLarge(
+            f"The archive is larger than the limit of {settings.archive_max_bytes} bytes."
+        )
+    try:
+        rows = await asyncio.to_thread(
+            validate, table, day, data, settings.archive_max_uncompressed_bytes
+        )
+    except BadArchive as exc:
+        if exc.too_large:
+            raise PayloadTooLarge(exc.detail) from None
+        raise BadRequest(exc.detail) from None
+    key = object_key(workspace_id, host_id, table, day_text)
+    now = datetime.now(UTC)
+    await store.put(key, data)
+    values = {
+        "workspace_id": workspace_id,
+        "host_id": host_id,
+        "table_name": table,
+        "day": day_text,
+        "storage_key": key,
+        "size_bytes": len(data),
+        "row_count": rows,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "uploaded_at": now,
+    }
+    upsert = insert(ArchiveObject).values(values)
+    await session.execute(
+        upsert.on_conflict_do_update(
+            index_elements=["workspace_id", "host_id", "table_name", "day"],
+            set_={k: upsert.excluded[k] for k in values if k not in ("table_name", "day")},
+        )
+    )
+    backfill: str | None = None
+    if day is not None:
+        backfill = await request_backfill(session, workspace_id, host_id, day)
+    elif table == "gpu_device":
+        await release_waiting(session, workspace_id, host_id)
+    return {
+        "date": day_text,
+        "table": table,
+        "rows": rows,
+        "sizeBytes": len(data),
+        "backfill": backfill,
+    }
+
+
+async def request_backfill(
+    session: AsyncSession, workspace_id: int, host_id: int, day: date
+) -> str:
+    """Queue (or re-queue) a day once both of its objects are stored; its new status."""
+    have = set(
+        (
+            await session.scalars(
+                select(ArchiveObject.table_name).where(
+                    ArchiveObject.workspace_id == workspace_id,
+                    ArchiveObject.host_id == host_id,
+                    ArchiveObject.day == day.isoformat(),
+                    ArchiveObject.table_name.in_(DAY_TABLES),
+                )
+            )
+        ).all()
+    )
+    missing = [t for t in DAY_TABLES if t not in have]
+    status = "waiting" if missing else "pending"
+    reason = f"waiting for the {missing[0]} archive of this day" if missing else None
+    # A running back-fill keeps running; the raised requested_seq makes it run again.
+    row = await session.execute(
+        text(
+            """
+            INSERT INTO archive_backfills AS b (workspace_id, host_id, day, status, reason,
+                                                requested_seq, requested_at)
+            VALUES (:w, :h, :day, :status, :reason, 1, now())
+            ON CONFLICT (workspace_id, host_id, day) DO UPDATE SET
+                requested_seq = b.requested_seq + 1,
+                requested_at = now(),
+                not_before = NULL,
+                status = CASE WHEN b.status = 'running' THEN b.status ELSE EXCLUDED.status END,
+                reason = CASE WHEN b.status = 'running' THEN b.reason ELSE EXCLUDED.reason END,
+                attempts = CASE WHEN b.status = 'running' THEN b.attempts ELSE 0 END
+            RETURNING b.status
+            """
+        ),
+        {"w": workspace_id, "h": host_id, "day": day, "status": status, "reason": reason},
+    )
+    return str(row.scalar_one())
+
+
+async def release_waiting(session: AsyncSession, workspace_id: int, host_id: int) -> None:
+    """A new gpu_device table: days that waited for GPU names, or failed, run again.
+
+    The agent re-sends gpu_device on every run, so this is also the daily retry of a
+    failed back-fill; re-running one is harmless, stored ticks are skipped.
+    """
+    await session.execute(
+        text(
+            """
+            UPDATE archive_backfills b SET
+                status = CASE WHEN b.status = 'running' THEN b.status ELSE 'pending' END,
+                reason = CASE WHEN b.status = 'running' THEN b.reason END,
+                attempts = CASE WHEN b.status = 'running' THEN b.attempts ELSE 0 END,
+                devices_changed = b.status = 'running',
+                requested_at = now(), not_before = NULL
+            WHERE b.workspace_id = :w AND b.host_id = :h
+              AND b.status IN ('waiting', 'failed', 'running')
+              AND (SELECT count(*) FROM archive_objects o
+                   WHERE o.workspace_id = b.workspace_id AND o.host_id = b.host_id
+                     AND o.day = to_char(b.day, 'YYYY-MM-DD')
+                     AND o.table_name IN ('gpu_sample', 'proc_sample')) = 2
+            """
+        ),
+        {"w": workspace_id, "h": host_id},
+    )
+
+
+async def prune(
+    session: AsyncSession, principal: tuple[int, int], older_than_days: int, now: datetime
+) -> list[str]:
+    """Drop the host's daily objects older than N days (never `_full`); their keys."""
+    workspace_id, host_id = principal
+    cutoff = now.astimezone(UTC).date() - timedelta(days=older_than_days)
+    keys = (
+        await session.scalars(
+            delete(ArchiveObject)
+            .where(
+                ArchiveObject.workspace_id == workspace_id,
+                ArchiveObject.host_id == host_id,
+                ArchiveObject.day != FULL,
+                ArchiveObject.day < cutoff.isoformat(),
+            )
+            .returning(ArchiveObject.storage_key)
+        )
+    ).all()
+    await session.execute(
+        delete(ArchiveBackfill).where(
+            ArchiveBackfill.workspace_id == workspace_id,
+            ArchiveBackfill.host_id == host_id,
+            ArchiveBackfill.day < cutoff,
+        )
+    )
+    return list(keys)
+
+
+def backfill_view(job: ArchiveBackfill) -> dict[str, Any]:
+    def iso(at: datetime | None) -> str | None:
+        return at.isoformat() if at else None
+
+    return {
+        "date": job.day.isoformat(),
+        "status": job.status,
+        "reason": job.reason,
+        "rowsRead": job.rows_read,
+        "ticks": job.ticks,
+        "added": job.added,
+        "skipped": job.skipped,
+        "skippedReasons": dict(job.skipped_reasons or {}),
+        "errors": job.errors,
+        "errorSamples": list(job.error_samples or []),
+        "attempts": job.attempts,
+        "requestedAt": iso(job.requested_at),
+        "startedAt": iso(job.started_at),
+        "finishedAt": iso(job.finished_at),
+    }
+
+
+async def host_archives(
+    session: AsyncSession, ctx: WorkspaceContext, public_host_id: str
+) -> dict[str, Any]:
+    """What a host has uploaded and how each day's back-fill went."""
+    host = await get_host_row(session, ctx.workspace_id, public_host_id)
+    objects = await list_archives(session, ctx.workspace_id, host.id)
+    jobs = (
+        await session.scalars(
+            select(ArchiveBackfill)
+            .where(
+                ArchiveBackfill.workspace_id == ctx.workspace_id, ArchiveBackfill.host_id == host.id
+            )
+            .order_by(ArchiveBackfill.day)
+        )
+    ).all()
+    return {
+        "hostId": public_host_id,
+        "archives": [object_view(o) for o in objects],
+        "backfills": [backfill_view(j) for j in jobs],
+    }

@@ -1,0 +1,87 @@
+"""Where archive objects live: a small interface, a local-filesystem store, a config hook.
+
+The database indexes what is stored (board.archives.models); the store only keeps
+bytes under a key. Any object store with put/get/delete by key fits, e.g. an
+S3-compatible bucket: set GUA_BOARD_ARCHIVE_STORE=package.module:factory, where
+factory(settings) returns an ArchiveStore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import secrets
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from board.settings import Settings
+
+
+@runtime_checkable
+class ArchiveStore(Protocol):
+    async def put(self, key: str, data: bytes) -> None:
+        """Store data under key, replacing what was there; readers see old or new, whole."""
+
+    async def get(self, key: str) -> bytes:
+        """The bytes under key; FileNotFoundError when there are none."""
+
+    async def delete(self, key: str) -> None:
+        """Remove key; a missing key is not an error."""
+
+
+class LocalArchiveStore:
+    """Objects as files under one directory; writes go through a temp file and a rename."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root.resolve()) or ".." in Path(key).parts:
+            raise ValueError(f"archive key {key!r} leaves the archive directory")
+        return path
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.to_thread(self._put, self._path(key), data)
+
+    @staticmethod
+    def _put(path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            with tmp.open("wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    async def get(self, key: str) -> bytes:
+        return await asyncio.to_thread(self._path(key).read_bytes)
+
+    async def delete(self, key: str) -> None:
+        await asyncio.to_thread(self._path(key).unlink, missing_ok=True)
+
+
+def make_store(settings: Settings) -> ArchiveStore:
+    """The store the settings name: "local", or a "module:factory" import path."""
+    if settings.archive_store == "local":
+        root = settings.archive_dir or settings.data_dir / "archives"
+        return LocalArchiveStore(root)
+    module_name, _, attr = settings.archive_store.partition(":")
+    if not module_name or not attr:
+        raise ValueError(
+            "GUA_BOARD_ARCHIVE_STORE must be 'local' or 'package.module:factory', "
+            f"not {settings.archive_store!r}"
+        )
+    factory = getattr(importlib.import_module(module_name), attr)
+    store = factory(settings)
+    if not isinstance(store, ArchiveStore):
+        raise TypeError(f"{settings.archive_store} did not return an ArchiveStore")
+    return store
+
+
+def object_key(workspace_id: int, host_id: int, table: str, day: str) -> str:
+    return f"w{workspace_id}/h{host_id}/{table}/{day}.csv.gz"

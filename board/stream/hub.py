@@ -1,0 +1,251 @@
+"""The live utilization stream of one board process, joined to every other by PostgreSQL.
+
+An agent's WebSocket lands on one process; the browsers watching its workspace may be
+on any. So a process never hands a sample to its own subscribers directly: it NOTIFYs
+it on one channel, and every process (itself included) LISTENs on one dedicated
+connection and fans what arrives out to its subscribers of that sample's workspace.
+Each process also keeps the last few minutes in memory, so a page that opens shows
+the recent curve at once. Nothing of the stream is stored: it is for live graphs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "gua_stream"
+# PostgreSQL refuses NOTIFY payloads of 8000 bytes or more; stay clear of it.
+MAX_PAYLOAD = 7900
+SUBSCRIBER_QUEUE = 1000
+PUBLISH_QUEUE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One utilization message of one host, as the board passes it around."""
+
+    workspace_id: int
+    host_id: str  # the public hostId
+    ts: float  # the agent's clock, epoch seconds
+    gpus: tuple[tuple[str, int, int], ...]  # (uuid, utilPct, memoryUsedMb)
+    dropped: int = 0  # bad messages dropped on this host's connection so far
+    received: float = field(default_factory=time.monotonic, compare=False)
+
+    def event(self) -> dict[str, Any]:
+        """The JSON a browser gets."""
+        return {
+            "hostId": self.host_id,
+            "ts": self.ts,
+            "at": datetime.fromtimestamp(self.ts, UTC).isoformat(),
+            "gpus": [{"uuid": u, "utilPct": p, "memoryUsedMb": m} for u, p, m in self.gpus],
+            "dropped": self.dropped,
+        }
+
+    def payloads(self) -> list[str]:
+        """NOTIFY payloads: one, or the GPUs split over several when they would not fit."""
+        chunks = [list(self.gpus)]
+        while True:
+            out = [
+                json.dumps(
+                    {
+                        "w": self.workspace_id,
+                        "h": self.host_id,
+                        "t": self.ts,
+                        "g": chunk,
+                        "d": self.dropped,
+                    },
+                    separators=(",", ":"),
+                )
+                for chunk in chunks
+            ]
+            if all(len(p.encode()) <= MAX_PAYLOAD for p in out) or max(map(len, chunks)) <= 1:
+                return [p for p in out if len(p.encode()) <= MAX_PAYLOAD]
+            chunks = [half for c in chunks for half in (c[: len(c) // 2], c[len(c) // 2 :]) if half]
+
+    @classmethod
+    def from_payload(cls, payload: str) -> Sample | None:
+        try:
+            data = json.loads(payload)
+            gpus = tuple((str(u), int(p), int(m)) for u, p, m in data["g"])
+            ts = float(data["t"])
+            if not math.isfinite(ts):
+                return None
+            return cls(int(data["w"]), str(data["h"]), ts, gpus, int(data.get("d", 0)))
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+class Subscription:
+    """One browser's view: samples of one workspace (optionally one host), newest kept."""
+
+    def __init__(self, workspace_id: int, host_id: str | None) -> None:
+        self.workspace_id = workspace_id
+        self.host_id = host_id
+        self.lost = 0  # samples dropped because the browser read too slowly
+        self._queue: asyncio.Queue[Sample] = asyncio.Queue(SUBSCRIBER_QUEUE)
+
+    def offer(self, sample: Sample) -> None:
+        if self.host_id is not None and sample.host_id != self.host_id:
+            return
+        if self._queue.full():
+            self._queue.get_nowait()
+            self.lost += 1
+        self._queue.put_nowait(sample)
+
+    async def get(self) -> Sample:
+        return await self._queue.get()
+
+
+class StreamHub:
+    def __init__(self, keep_seconds: float = 300) -> None:
+        self.keep_seconds = keep_seconds
+        self.stats: dict[str, int] = defaultdict(int)
+        self._subscribers: dict[int, set[Subscription]] = defaultdict(set)
+        self._recent: dict[int, dict[str, deque[Sample]]] = defaultdict(dict)
+        self._outbox: asyncio.Queue[Sample] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listening = asyncio.Event()
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._conninfo = ""
+
+    # -- lifecycle ---------------------------------------------------------------
+    async def start(self, conninfo: str, pool: AsyncConnectionPool[Any]) -> None:
+        """Start listening and publishing; never fails start-up (it retries instead)."""
+        self._conninfo = conninfo
+        self._pool = pool
+        self._outbox = asyncio.Queue(PUBLISH_QUEUE)
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="stream-listen"),
+            asyncio.create_task(self._publish(), name="stream-publish"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self._listening.clear()
+
+    async def wait_listening(self, timeout: float) -> bool:
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), timeout)
+        return self._listening.is_set()
+
+    # -- in ----------------------------------------------------------------------
+    def publish(self, sample: Sample) -> None:
+        """Send a sample to every process's subscribers (never blocks the agent's socket)."""
+        self.stats["published"] += 1
+        if self._outbox is None:
+            self.deliver(sample)  # not started (a bare app in a test): this process only
+            return
+        if self._outbox.full():
+            self.stats["publish_overflow"] += 1
+            return
+        self._outbox.put_nowait(sample)
+
+    async def _publish(self) -> None:
+        assert self._outbox is not None
+        assert self._pool is not None
+        while True:
+            batch = [await self._outbox.get()]
+            while not self._outbox.empty() and len(batch) < 500:
+                batch.append(self._outbox.get_nowait())
+            payloads = [p for s in batch for p in s.payloads()]
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(
+                        "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p",
+                        [CHANNEL, payloads],
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Without the database, this process's own browsers still get them.
+                log.exception("stream: NOTIFY failed; delivering locally only")
+                self.stats["notify_failures"] += 1
+                for sample in batch:
+                    self.deliver(sample)
+
+    async def _listen(self) -> None:
+        backoff = 1.0
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True
+                ) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self._listening.set()
+                    backoff = 1.0
+                    async for notify in conn.notifies():
+                        sample = Sample.from_payload(notify.payload)
+                        if sample is None:
+                            self.stats["bad_notifications"] += 1
+                            continue
+                        self.deliver(sample)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("stream: listener lost (%s); reconnecting in %.0fs", exc, backoff)
+            self._listening.clear()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    # -- out ---------------------------------------------------------------------
+    def deliver(self, sample: Sample) -> None:
+        """A sample arrived (from any process): remember it, hand it to subscribers."""
+        self.stats["delivered"] += 1
+        hosts = self._recent[sample.workspace_id]
+        recent = hosts.get(sample.host_id)
+        if recent is None:
+            # Bounded by count too, whatever a misbehaving agent sends.
+            recent = hosts[sample.host_id] = deque(maxlen=int(self.keep_seconds * 5))
+        recent.append(sample)
+        self._expire(recent)
+        for sub in self._subscribers.get(sample.workspace_id, ()):
+            sub.offer(sample)
+
+    def _expire(self, recent: deque[Sample]) -> None:
+        horizon = time.monotonic() - self.keep_seconds
+        while recent and recent[0].received < horizon:
+            recent.popleft()
+
+    def recent(self, workspace_id: int, host_id: str | None = None) -> list[Sample]:
+        """The kept samples of a workspace (or one of its hosts), oldest first per host."""
+        hosts = self._recent.get(workspace_id, {})
+        out: list[Sample] = []
+        for key, samples in list(hosts.items()):
+            if host_id is not None and key != host_id:
+                continue
+            self._expire(samples)
+            if not samples:
+                del hosts[key]
+                continue
+            out.extend(samples)
+        return out
+
+    @contextmanager
+    def subscribe(self, workspace_id: int, host_id: str | None = None) -> Iterator[Subscription]:
+        sub = Subscription(workspace_id, host_id)
+        self._subscribers[workspace_id].add(sub)
+        try:
+            yield sub
+        finally:
+            self._subscribers[workspace_id].discard(sub)
+            if not self._subscribers[workspace_id]:
+                del self._subscribers[workspace_id]
