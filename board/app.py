@@ -9,7 +9,10 @@ from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 
-from board.db.urls import resolve_database_url
+from board.archives.routes import agent_router as archives_agent_router
+from board.archives.routes import api_router as archives_api_router
+from board.archives.worker import Archives
+from board.db.urls import libpq_url, resolve_database_url
 from board.enrollment.routes import router as enrollment_router
 from board.errors import install_error_handlers
 from board.hosts.routes import router as hosts_router
@@ -17,6 +20,8 @@ from board.ingest.routes import router as ingest_router
 from board.partitions.scheduler import maintenance_loop
 from board.runtime import Runtime
 from board.settings import Settings, get_settings
+from board.stream.routes import agent_router as stream_agent_router
+from board.stream.routes import api_router as stream_api_router
 from board.workspaces.routes import router as workspaces_router
 
 log = logging.getLogger(__name__)
@@ -30,6 +35,10 @@ def create_app(settings: Settings | None = None, *, run_maintenance: bool = True
         runtime = Runtime.create(settings, resolve_database_url(settings))
         await runtime.start()
         app.state.runtime = runtime
+        runtime.stream.keep_seconds = settings.stream_keep_seconds
+        await runtime.stream.start(libpq_url(runtime.database_url), runtime.pool)
+        runtime.archives = Archives(runtime)
+        await runtime.archives.start()
         task = asyncio.create_task(maintenance_loop(runtime)) if run_maintenance else None
         try:
             yield
@@ -38,11 +47,17 @@ def create_app(settings: Settings | None = None, *, run_maintenance: bool = True
                 task.cancel()
                 with suppress(asyncio.CancelledError):
                     await task
+            await runtime.archives.stop()
+            await runtime.stream.stop()
             await runtime.stop()
 
     app = FastAPI(title="GUA Board", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.include_router(ingest_router)
+    app.include_router(archives_agent_router)
+    app.include_router(archives_api_router)
+    app.include_router(stream_agent_router)
+    app.include_router(stream_api_router)
     app.include_router(hosts_router)
     app.include_router(enrollment_router)
     app.include_router(workspaces_router)

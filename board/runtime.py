@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from psycopg_pool import AsyncConnectionPool
@@ -13,6 +13,10 @@ from board.db.engine import make_engine, make_sessionmaker
 from board.db.urls import libpq_url
 from board.ingest.writer import IngestWriter
 from board.settings import Settings
+from board.stream.hub import StreamHub
+
+if TYPE_CHECKING:
+    from board.archives.worker import Archives
 
 
 @dataclass
@@ -26,6 +30,9 @@ class Runtime:
     # Agent token digest -> (workspace_id, host_id). Revocation is still checked in the
     # ingest transaction, so a cached entry never lets a revoked host's push through.
     agent_tokens: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    # The live utilization stream and the archive back-fill worker, run by the app's lifespan.
+    stream: StreamHub = field(default_factory=StreamHub)
+    archives: Archives | None = None
 
     @classmethod
     def create(cls, settings: Settings, database_url: str) -> Runtime:

@@ -34,6 +34,19 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # Cookies are marked Secure unless the operator serves plain HTTP on purpose.
     cookie_secure: bool = False
+    # Raw-history archives uploaded by agents (board.archives). "local" keeps them under
+    # archive_dir (default data_dir/archives); "package.module:factory" plugs in another
+    # store, e.g. an S3-compatible one, built by factory(settings).
+    archive_store: str = "local"
+    archive_dir: Path | None = None
+    archive_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    # A gzip bomb is refused by its decompressed size, not only by what was uploaded.
+    archive_max_uncompressed_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+    # An archive tick this close to a stored observation of the host is the same tick.
+    archive_match_tolerance_ms: int = Field(default=1000, ge=0, le=60_000)
+    backfill_poll_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # The live utilization stream (board.stream): how much recent history each process keeps.
+    stream_keep_seconds: int = Field(default=300, ge=10, le=3600)
 
     @field_validator("database_url")
     @classmethod

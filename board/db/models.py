@@ -1,5 +1,6 @@
 """Every table, imported once so alembic sees the whole metadata."""
 
+from board.archives.models import ArchiveBackfill, ArchiveObject
 from board.db.base import Base
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
@@ -9,6 +10,8 @@ from board.workspaces.models import ApiToken, Membership, User, Workspace
 
 __all__ = [
     "ApiToken",
+    "ArchiveBackfill",
+    "ArchiveObject",
     "Base",
     "EnrollmentToken",
     "Gpu",

@@ -15,10 +15,29 @@ import httpx
 from tests.board.db import rows, scalar
 from tests.board.helpers import Tenant, enroll, make_tenant, push
 
-GPU_SAMPLE = ["ts", "gpu_uuid", "util_pct", "run_id", "usage_state", "gpu_index",
-              "memory_used_mb", "temperature_c", "power_w"]  # fmt: skip
-PROC_SAMPLE = ["ts", "gpu_uuid", "pid", "mem_used_mb", "loginuid_user", "owner_user", "run_id",
-               "gpu_index", "process_name", "process_type"]  # fmt: skip
+GPU_SAMPLE = [
+    "ts",
+    "gpu_uuid",
+    "util_pct",
+    "run_id",
+    "usage_state",
+    "gpu_index",
+    "memory_used_mb",
+    "temperature_c",
+    "power_w",
+]
+PROC_SAMPLE = [
+    "ts",
+    "gpu_uuid",
+    "pid",
+    "mem_used_mb",
+    "loginuid_user",
+    "owner_user",
+    "run_id",
+    "gpu_index",
+    "process_name",
+    "process_type",
+]
 GPU_DEVICE = ["gpu_uuid", "name", "memory_total_mb", "first_seen", "last_seen"]
 DAEMON_RUN = ["id", "started_at", "interval_seconds"]
 CARDS = [("GPU-0", 0, "NVIDIA RTX A6000", 49140), ("GPU-1", 1, "NVIDIA RTX A6000", 49140)]
@@ -82,8 +101,13 @@ class Tick:
                     "temperatureC": 40,
                     "powerW": 70,
                     "processes": [
-                        {"pid": p.pid, "linuxUser": p.user, "name": p.name, "type": p.type,
-                         "memoryUsedMb": p.mem}
+                        {
+                            "pid": p.pid,
+                            "linuxUser": p.user,
+                            "name": p.name,
+                            "type": p.type,
+                            "memoryUsedMb": p.mem,
+                        }
                         for p in c.procs
                     ],
                     **({"usageState": c.state} if with_state and c.state else {}),
@@ -112,8 +136,7 @@ def make_ticks(start: datetime, n: int = 80, step: float = 30.0) -> list[Tick]:
             Tick(
                 at,
                 [
-                    Card(*CARDS[0], util=util0, mem=(i * 997) % 49140, state=state0,
-                         procs=procs0),
+                    Card(*CARDS[0], util=util0, mem=(i * 997) % 49140, state=state0, procs=procs0),
                     Card(*CARDS[1], util=i % 7, mem=128, state="idle", procs=procs1),
                 ],
             )
@@ -125,12 +148,34 @@ def archive_of(ticks: list[Tick], with_state: bool = True) -> tuple[bytes, bytes
     gpu_rows, proc_rows = [], []
     for t in ticks:
         for c in t.cards:
-            gpu_rows.append([t.ts.isoformat(), c.uuid, c.util, 1, c.state if with_state else None,
-                             c.index, c.mem, 40, 70])  # fmt: skip
+            gpu_rows.append(
+                [
+                    t.ts.isoformat(),
+                    c.uuid,
+                    c.util,
+                    1,
+                    c.state if with_state else None,
+                    c.index,
+                    c.mem,
+                    40,
+                    70,
+                ]
+            )
             for p in c.procs:
-                proc_rows.append([t.ts.isoformat(), c.uuid, p.pid, p.mem,
-                                  "" if p.user == "unknown" else p.user, "root", 1, c.index,
-                                  "" if p.name == "unknown" else p.name, p.type])  # fmt: skip
+                proc_rows.append(
+                    [
+                        t.ts.isoformat(),
+                        c.uuid,
+                        p.pid,
+                        p.mem,
+                        "" if p.user == "unknown" else p.user,
+                        "root",
+                        1,
+                        c.index,
+                        "" if p.name == "unknown" else p.name,
+                        p.type,
+                    ]
+                )
     return gz_csv(GPU_SAMPLE, gpu_rows), gz_csv(PROC_SAMPLE, proc_rows)
 
 
@@ -162,16 +207,22 @@ async def upload_day(
     for table, body in (("gpu_sample", gpu), ("proc_sample", proc)):
         r = await upload(client, host, table, day, body)
         assert r.status_code == 201, r.text
-    for table, body in (("daemon_run", gz_csv(DAEMON_RUN, [[1, day, 30.0]])),
-                        ("gpu_device", device_table())):  # fmt: skip
+    for table, body in (
+        ("daemon_run", gz_csv(DAEMON_RUN, [[1, day, 30.0]])),
+        ("gpu_device", device_table()),
+    ):
         r = await upload(client, host, table, "_full", body)
         assert r.status_code == 201, r.text
 
 
 async def backfill_of(
-    client: httpx.AsyncClient, tenant: Tenant, host: dict[str, Any], day: str,
-    until: tuple[str, ...] = ("done", "failed"), timeout: float = 30,
-) -> dict[str, Any]:  # fmt: skip
+    client: httpx.AsyncClient,
+    tenant: Tenant,
+    host: dict[str, Any],
+    day: str,
+    until: tuple[str, ...] = ("done", "failed"),
+    timeout: float = 30,
+) -> dict[str, Any]:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         r = await client.get(
@@ -226,14 +277,17 @@ async def observation_count(app: Any, host: dict[str, Any]) -> int:
     )
 
 
-async def push_all(client: httpx.AsyncClient, host: dict[str, Any], ticks: list[Tick],
-                   **kw: Any) -> None:  # fmt: skip
+async def push_all(
+    client: httpx.AsyncClient, host: dict[str, Any], ticks: list[Tick], **kw: Any
+) -> None:
     for t in ticks:
         r = await push(client, host["agentToken"], t.payload(**kw))
         assert r.status_code == 202, r.text
 
 
-async def test_store_list_overwrite_prune(app: Any, client: httpx.AsyncClient, settings: Any) -> None:
+async def test_store_list_overwrite_prune(
+    app: Any, client: httpx.AsyncClient, settings: Any
+) -> None:
     tenant = await make_tenant(app, "acme")
     host = await enroll(client, tenant)
     ticks = make_ticks(yesterday() + timedelta(hours=9), n=4)
@@ -243,8 +297,14 @@ async def test_store_list_overwrite_prune(app: Any, client: httpx.AsyncClient, s
     assert listed.status_code == 200
     pairs = sorted((a["date"], a["table"]) for a in listed.json()["archives"])
     day = ticks[0].ts.date().isoformat()
-    assert pairs == sorted([(day, "gpu_sample"), (day, "proc_sample"), ("_full", "daemon_run"),
-                            ("_full", "gpu_device")])  # fmt: skip
+    assert pairs == sorted(
+        [
+            (day, "gpu_sample"),
+            (day, "proc_sample"),
+            ("_full", "daemon_run"),
+            ("_full", "gpu_device"),
+        ]
+    )
     stored = sorted(p.name for p in (settings.data_dir / "archives").rglob("*.csv.gz"))
     assert stored == sorted(["_full.csv.gz", "_full.csv.gz", f"{day}.csv.gz", f"{day}.csv.gz"])
 
@@ -265,9 +325,11 @@ async def test_store_list_overwrite_prune(app: Any, client: httpx.AsyncClient, s
 
 async def test_archive_endpoints_need_the_agent_token(app: Any, client: httpx.AsyncClient) -> None:
     tenant = await make_tenant(app, "acme")
-    for method, url in (("GET", "/agent/v1/archives"),
-                        ("POST", "/agent/v1/archives?date=_full&table=daemon_run"),
-                        ("DELETE", "/agent/v1/archives?olderThanDays=3")):  # fmt: skip
+    for method, url in (
+        ("GET", "/agent/v1/archives"),
+        ("POST", "/agent/v1/archives?date=_full&table=daemon_run"),
+        ("DELETE", "/agent/v1/archives?olderThanDays=3"),
+    ):
         for headers in ({}, {"Authorization": "Bearer gua_agent_nope"}, tenant.auth()):
             r = await client.request(method, url, headers=headers, content=b"")
             assert r.status_code == 401, (method, r.text)
@@ -283,12 +345,17 @@ async def test_backfill_equals_live(app: Any, client: httpx.AsyncClient) -> None
     await upload_day(client, archived, ticks)
     job = await backfill_of(client, tenant, archived, ticks[0].ts.date().isoformat())
     assert job["status"] == "done", job
-    assert (job["ticks"], job["added"], job["skipped"], job["errors"]) == (len(ticks), len(ticks),
-                                                                           0, 0)  # fmt: skip
+    assert (job["ticks"], job["added"], job["skipped"], job["errors"]) == (
+        len(ticks),
+        len(ticks),
+        0,
+        0,
+    )
     assert job["rowsRead"] == 2 * len(ticks) + sum(len(c.procs) for t in ticks for c in t.cards)
     assert await observation_count(app, archived) == len(ticks)
     expected = await rollups(app, live)
-    assert expected[0] and expected[1]
+    assert expected[0]
+    assert expected[1]
     assert await rollups(app, archived) == expected
 
     # The agent lists the day as stored; uploading it again changes no figure.
@@ -330,8 +397,13 @@ async def test_old_columns_and_new_columns(app: Any, client: httpx.AsyncClient) 
     await push_all(client, reference, ticks, with_state=False)
     await push_all(client, host, ticks[:1], with_state=False)  # the board knows its GPUs
     gpu_rows = [["x", t.ts.isoformat(), c.util, c.uuid, c.mem] for t in ticks for c in t.cards]
-    proc_rows = [[t.ts.isoformat(), c.uuid, p.pid, p.mem, p.user if p.user != "unknown" else ""]
-                 for t in ticks for c in t.cards for p in c.procs if p.type == "compute"]  # fmt: skip
+    proc_rows = [
+        [t.ts.isoformat(), c.uuid, p.pid, p.mem, p.user if p.user != "unknown" else ""]
+        for t in ticks
+        for c in t.cards
+        for p in c.procs
+        if p.type == "compute"
+    ]
     # Agents before 1.4 knew no graphics processes and sent no type or usageState.
     for t in ticks:
         for c in t.cards:
@@ -385,9 +457,11 @@ async def test_host_archives_is_workspace_scoped(app: Any, client: httpx.AsyncCl
     acme = await make_tenant(app, "acme")
     other = await make_tenant(app, "other")
     host = await enroll(client, acme)
-    r = await client.get(f"/api/v1/workspaces/other/hosts/{host['hostId']}/archives",
-                         headers=other.auth())  # fmt: skip
+    r = await client.get(
+        f"/api/v1/workspaces/other/hosts/{host['hostId']}/archives", headers=other.auth()
+    )
     assert r.status_code == 404
-    r = await client.get(f"/api/v1/workspaces/acme/hosts/{host['hostId']}/archives",
-                         headers=other.auth())  # fmt: skip
+    r = await client.get(
+        f"/api/v1/workspaces/acme/hosts/{host['hostId']}/archives", headers=other.auth()
+    )
     assert r.status_code == 404
