@@ -18,10 +18,12 @@ from board.errors import install_error_handlers
 from board.hosts.routes import router as hosts_router
 from board.ingest.routes import router as ingest_router
 from board.partitions.scheduler import maintenance_loop
+from board.reports.routes import router as reports_router
 from board.runtime import Runtime
 from board.settings import Settings, get_settings
 from board.stream.routes import agent_router as stream_agent_router
 from board.stream.routes import api_router as stream_api_router
+from board.web import install_web
 from board.workspaces.routes import router as workspaces_router
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ def create_app(settings: Settings | None = None, *, run_maintenance: bool = True
     app.include_router(hosts_router)
     app.include_router(enrollment_router)
     app.include_router(workspaces_router)
+    app.include_router(reports_router)
+
+    install_web(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -1,0 +1,162 @@
+"""Report parameters: windows on whole hours, groupings, zones, formats; 422 says why.
+
+Rollups are kept per UTC hour, so a report can only cut time on UTC hour boundaries.
+A date means midnight in the report's zone; a day bucket is the UTC hours that start
+on that local date, which is exact as long as the zone's offset is a whole number of
+hours (DST changes included: such a day simply has 23 or 25 hours).
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from board.errors import Unprocessable
+
+MAX_WINDOW_DAYS = 400
+USAGE_KEYS = ("user", "host", "gpu", "day")
+UTILIZATION_GROUPS = ("host", "gpu")
+BUCKETS = ("hour", "day")
+FORMATS = ("json", "csv")
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIME = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[T ]\d{2}(:\d{2}(:\d{2}(\.\d{1,6})?)?)?(?P<offset>Z|[+-]\d{2}(:?\d{2})?)?$"
+)
+# "+01:00" in a query string that was not percent-encoded arrives as " 01:00".
+_UNENCODED_PLUS = re.compile(r"^(?P<time>.+T[\d:.]+) (?P<offset>\d{2}(:?\d{2})?)$")
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end) in UTC, on whole hours, and the zone that days are cut in."""
+
+    start: datetime
+    end: datetime
+    tz_name: str
+    tz: zoneinfo.ZoneInfo
+
+    def local(self, moment: datetime) -> datetime:
+        return moment.astimezone(self.tz)
+
+    def day_start(self, day: date) -> datetime:
+        """The first instant of a local date (midnight, or the end of a DST jump over it)."""
+        return datetime(day.year, day.month, day.day, tzinfo=self.tz)
+
+
+def parse_zone(name: str | None) -> tuple[str, zoneinfo.ZoneInfo]:
+    name = "UTC" if name is None or name == "" else name
+    try:
+        return name, zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise Unprocessable(
+            f"tz {name!r} is not an IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)."
+        ) from None
+
+
+def parse_bound(label: str, value: str | None, tz_name: str, tz: zoneinfo.ZoneInfo) -> datetime:
+    """A date (midnight in tz) or a time with an offset on a whole UTC hour, as UTC."""
+    if value is None or value.strip() == "":
+        raise Unprocessable(
+            f"{label} is required: a date (2026-11-01) or a time on a whole hour "
+            "(2026-11-01T06:00:00Z)."
+        )
+    value = value.strip()
+    if _DATE.match(value):
+        try:
+            day = date.fromisoformat(value)
+        except ValueError:
+            raise Unprocessable(f"{label} {value!r} is not a real date.") from None
+        moment = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
+        if moment.minute or moment.second:
+            raise Unprocessable(
+                f"{label} {value} is midnight in {tz_name}, which is {moment.isoformat()} and "
+                "not on a whole UTC hour; rollups are kept per UTC hour, so pass a time on a "
+                "whole UTC hour instead."
+            )
+        return moment
+    fixed = _UNENCODED_PLUS.match(value)
+    if fixed:
+        value = f"{fixed['time']}+{fixed['offset']}"
+    match = _TIME.match(value)
+    if not match:
+        raise Unprocessable(
+            f"{label} {value!r} is neither a date (2026-11-01) nor an ISO 8601 time "
+            "(2026-11-01T06:00:00Z)."
+        )
+    if match["offset"] is None:
+        raise Unprocessable(
+            f"{label} {value!r} has no UTC offset; add one (e.g. {value}Z or {value}+01:00) "
+            "or pass a date."
+        )
+    try:
+        moment = datetime.fromisoformat(value).astimezone(UTC)
+    except ValueError:
+        raise Unprocessable(f"{label} {value!r} is not a real time.") from None
+    if moment.minute or moment.second or moment.microsecond:
+        raise Unprocessable(
+            f"{label} {value} is not on a whole hour ({moment.isoformat()} in UTC); reports "
+            "are kept per hour, so use a time like "
+            f"{moment.replace(minute=0, second=0, microsecond=0).isoformat()}."
+        )
+    return moment
+
+
+def parse_window(from_: str | None, to: str | None, tz: str | None) -> Window:
+    tz_name, zone = parse_zone(tz)
+    start = parse_bound("from", from_, tz_name, zone)
+    end = parse_bound("to", to, tz_name, zone)
+    if end <= start:
+        raise Unprocessable(
+            f"to ({end.isoformat()}) must be after from ({start.isoformat()}); "
+            "the window is [from, to)."
+        )
+    # Wall-clock length, so 400 local days across a DST change are still 400 days.
+    wall = end.astimezone(zone).replace(tzinfo=None) - start.astimezone(zone).replace(tzinfo=None)
+    if wall > timedelta(days=MAX_WINDOW_DAYS):
+        raise Unprocessable(
+            f"The window is {wall.days} days long; a report covers at most {MAX_WINDOW_DAYS} days."
+        )
+    return Window(start=start, end=end, tz_name=tz_name, tz=zone)
+
+
+def require_whole_hour_days(window: Window) -> None:
+    """Day buckets need every local midnight in the window on a UTC hour boundary."""
+    if window.tz_name in ("UTC", "Etc/UTC"):
+        return
+    moment = window.start
+    while moment < window.end:
+        offset = moment.astimezone(window.tz).utcoffset()
+        if offset is not None and offset.total_seconds() % 3600:
+            raise Unprocessable(
+                f"{window.tz_name} is {offset} from UTC at {moment.isoformat()}; rollups are "
+                "kept per UTC hour, so days in a zone whose offset is not a whole number of "
+                "hours cannot be cut exactly. Use a whole-hour zone or group by hour."
+            )
+        moment += HOUR
+
+
+def parse_usage_group(value: str | None) -> tuple[str, ...]:
+    raw = "user" if value is None or value.strip() == "" else value
+    keys = tuple(part.strip() for part in raw.split(","))
+    expected = "user, host, gpu, day, or two of them joined by a comma (e.g. user,day)"
+    for key in keys:
+        if key not in USAGE_KEYS:
+            raise Unprocessable(f"groupBy {key!r} is unknown; use {expected}.")
+    if len(keys) > 2:
+        raise Unprocessable(f"groupBy takes at most two keys; use {expected}.")
+    if len(set(keys)) != len(keys):
+        raise Unprocessable(f"groupBy {raw!r} names a key twice; use {expected}.")
+    return keys
+
+
+def parse_choice(label: str, value: str | None, choices: tuple[str, ...], default: str) -> str:
+    chosen = default if value is None or value.strip() == "" else value.strip()
+    if chosen not in choices:
+        raise Unprocessable(
+            f"{label} {chosen!r} is unknown; use {' or '.join(repr(c) for c in choices)}."
+        )
+    return chosen

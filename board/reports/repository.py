@@ -1,0 +1,157 @@
+"""The report SQL: rollup tables only (plus hosts and gpus for names), one workspace each.
+
+Every statement is scoped by workspace_id and the UTC-hour window, which the
+(workspace_id, hour_start) indexes serve. Key expressions come from the fixed table
+below, never from the request, so building the GROUP BY list is safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+# The SQL behind each grouping column; `day` is the local date a UTC hour starts on.
+_EXPRESSIONS = {
+    "linux_user": "linux_user",
+    "host_id": "host_id",
+    "gpu_id": "gpu_id",
+    "day": "(hour_start AT TIME ZONE %(tz)s)::date",
+    "hour": "hour_start",
+}
+
+
+@dataclass(frozen=True)
+class Scope:
+    workspace_id: int
+    start: datetime
+    end: datetime
+    tz: str
+
+    def params(self) -> dict[str, Any]:
+        return {"ws": self.workspace_id, "start": self.start, "end": self.end, "tz": self.tz}
+
+
+def _select(columns: Sequence[str]) -> tuple[str, str]:
+    select = ", ".join(f"{_EXPRESSIONS[c]} AS {c}" for c in columns)
+    group = ", ".join(str(i + 1) for i in range(len(columns)))
+    return select, group
+
+
+async def held_by(
+    conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """(key columns..., held_us, active_us, idle_held_us) from the per-user rollups."""
+    select, group = _select(columns)
+    cur = await conn.execute(
+        f"""
+        SELECT {select},
+               sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint
+        FROM user_hour_rollups
+        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+        GROUP BY {group}
+        HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
+        """,
+        scope.params(),
+    )
+    return await cur.fetchall()
+
+
+async def covered_by(
+    conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """(key columns..., covered_us) from the per-GPU rollups."""
+    select, group = _select(columns)
+    cur = await conn.execute(
+        f"""
+        SELECT {select}, sum(covered_us)::bigint
+        FROM gpu_hour_rollups
+        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+        GROUP BY {group}
+        HAVING sum(covered_us) <> 0
+        """,
+        scope.params(),
+    )
+    return await cur.fetchall()
+
+
+async def utilization_by(
+    conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """(key columns..., covered, active, idle_held, idle, util·µs, mem used·µs, mem total·µs)."""
+    select, group = _select(columns)
+    cur = await conn.execute(
+        f"""
+        SELECT {select},
+               sum(covered_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
+               sum(idle_us)::bigint, sum(util_pct_us)::float8,
+               sum(memory_used_mb_us)::float8, sum(memory_total_mb_us)::float8
+        FROM gpu_hour_rollups
+        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+        GROUP BY {group}
+        HAVING sum(covered_us) > 0
+        """,
+        scope.params(),
+    )
+    return await cur.fetchall()
+
+
+async def coverage(
+    conn: psycopg.AsyncConnection[Any], scope: Scope
+) -> tuple[datetime | None, datetime | None, int]:
+    """First and last hour with covered GPU time in the window, and the covered total."""
+    cur = await conn.execute(
+        """
+        SELECT min(hour_start), max(hour_start), coalesce(sum(covered_us), 0)::bigint
+        FROM gpu_hour_rollups
+        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+          AND covered_us > 0
+        """,
+        scope.params(),
+    )
+    row = await cur.fetchone()
+    assert row is not None  # an aggregate always answers one row
+    return row[0], row[1], int(row[2])
+
+
+@dataclass(frozen=True)
+class HostName:
+    public_id: str
+    display_name: str
+
+
+@dataclass(frozen=True)
+class GpuName:
+    host_id: int
+    uuid: str
+    index: int
+    name: str
+
+
+async def host_names(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, ids: set[int]
+) -> dict[int, HostName]:
+    if not ids:
+        return {}
+    cur = await conn.execute(
+        "SELECT id, public_id::text, display_name FROM hosts "
+        "WHERE workspace_id = %s AND id = ANY(%s)",
+        [workspace_id, sorted(ids)],
+    )
+    return {r[0]: HostName(r[1], r[2]) for r in await cur.fetchall()}
+
+
+async def gpu_names(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, ids: set[int]
+) -> dict[int, GpuName]:
+    if not ids:
+        return {}
+    cur = await conn.execute(
+        "SELECT id, host_id, uuid, gpu_index, name FROM gpus "
+        "WHERE workspace_id = %s AND id = ANY(%s)",
+        [workspace_id, sorted(ids)],
+    )
+    return {r[0]: GpuName(r[1], r[2], r[3], r[4]) for r in await cur.fetchall()}

@@ -1,0 +1,272 @@
+"""The usage and utilization reports of board-api.md, computed from hourly rollups only.
+
+Figures are summed as integer microseconds and turned into hours (6 decimals) only at
+the end, so a total is exactly the sum of its hours, whatever the grouping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+import psycopg
+
+from board.errors import Unprocessable
+from board.reports import repository as repo
+from board.reports.params import HOUR, Window, require_whole_hour_days
+from board.rollups.crediting import HOUR_US
+
+# Key fields each grouping puts on a row, and the SQL columns they come from.
+KEY_FIELDS = {
+    "user": ("user",),
+    "host": ("hostId", "displayName"),
+    "gpu": ("hostId", "displayName", "gpuUuid", "gpuIndex", "gpuName"),
+    "day": ("day",),
+}
+KEY_COLUMNS = {
+    "user": ("linux_user",),
+    "host": ("host_id",),
+    "gpu": ("host_id", "gpu_id"),
+    "day": ("day",),
+}
+USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
+UTILIZATION_FIGURES = (
+    "bucketStart",
+    "coveredHours",
+    "activeHours",
+    "idleHeldHours",
+    "idleHours",
+    "avgUtilPct",
+    "avgMemoryUsedPct",
+)
+
+
+def hours(us: int) -> float:
+    return round(us / HOUR_US, 6)
+
+
+def ratio(part: float, whole: float, scale: float = 1.0) -> float | None:
+    return None if whole == 0 else round(scale * part / whole, 6)
+
+
+@dataclass
+class Report:
+    """A report's rows as tuples in `columns` order, plus the fields around them."""
+
+    head: dict[str, Any]
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    coverage: dict[str, Any]
+    totals: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = dict(self.head)
+        body["rows"] = [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+        if self.totals is not None:
+            body["totals"] = self.totals
+        body["coverage"] = self.coverage
+        return body
+
+
+def _unique(items: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+async def _coverage(
+    conn: psycopg.AsyncConnection[Any], scope: repo.Scope, window: Window
+) -> dict[str, Any]:
+    first, last, covered = await repo.coverage(conn, scope)
+    latest = None
+    if last is not None:
+        latest = min(last + HOUR, datetime.now(UTC))
+    return {
+        "earliestDataAt": window.local(first).isoformat() if first is not None else None,
+        "latestDataAt": window.local(latest).isoformat() if latest is not None else None,
+        "coveredGpuHours": hours(covered),
+    }
+
+
+class _Names:
+    """Key fields for host and GPU ids, looked up once per report."""
+
+    def __init__(self, hosts: dict[int, repo.HostName], gpus: dict[int, repo.GpuName]) -> None:
+        self.hosts = hosts
+        self.gpus = gpus
+
+    @classmethod
+    async def load(
+        cls,
+        conn: psycopg.AsyncConnection[Any],
+        workspace_id: int,
+        host_ids: set[int],
+        gpu_ids: set[int],
+    ) -> _Names:
+        return cls(
+            await repo.host_names(conn, workspace_id, host_ids),
+            await repo.gpu_names(conn, workspace_id, gpu_ids),
+        )
+
+    def host(self, host_id: int) -> tuple[str | None, str]:
+        name = self.hosts.get(host_id)
+        return (name.public_id, name.display_name) if name else (None, "(deleted host)")
+
+    def gpu(self, gpu_id: int) -> tuple[str | None, int | None, str | None]:
+        name = self.gpus.get(gpu_id)
+        return (name.uuid, name.index, name.name) if name else (None, None, None)
+
+
+def _key_builder(
+    keys: Sequence[str], columns: Sequence[str], names: _Names
+) -> tuple[Callable[[tuple[Any, ...]], tuple[Any, ...]], Callable[[tuple[Any, ...]], Any]]:
+    """Functions from a SQL key tuple to the row's key fields, and to its sort key."""
+    position = {c: i for i, c in enumerate(columns)}
+    fields = _unique([f for k in keys for f in KEY_FIELDS[k]])
+
+    def values(key: tuple[Any, ...]) -> tuple[Any, ...]:
+        out: dict[str, Any] = {}
+        if "linux_user" in position:
+            out["user"] = key[position["linux_user"]]
+        if "host_id" in position:
+            out["hostId"], out["displayName"] = names.host(key[position["host_id"]])
+        if "gpu_id" in position:
+            out["gpuUuid"], out["gpuIndex"], out["gpuName"] = names.gpu(key[position["gpu_id"]])
+        if "day" in position:
+            out["day"] = key[position["day"]].isoformat()
+        return tuple(out[f] for f in fields)
+
+    field_at = {f: i for i, f in enumerate(fields)}
+
+    def order(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        for k in keys:
+            if k == "user":
+                parts.append(row[field_at["user"]])
+            elif k == "day":
+                parts.append(row[field_at["day"]])
+            else:
+                parts += [row[field_at["displayName"]], str(row[field_at["hostId"]])]
+                if k == "gpu":
+                    parts += [row[field_at["gpuIndex"]] or 0, str(row[field_at["gpuUuid"]])]
+        return tuple(parts)
+
+    return values, order
+
+
+async def usage_report(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    keys: tuple[str, ...],
+) -> Report:
+    """GPU-hours held per Linux user, host, GPU or day (or a pair), split active/idle-held."""
+    if "day" in keys:
+        require_whole_hour_days(window)
+    scope = repo.Scope(workspace_id, window.start, window.end, window.tz_name)
+    columns = _unique([c for k in keys for c in KEY_COLUMNS[k]])
+    with_covered = "user" not in keys
+    figures: dict[tuple[Any, ...], list[int]] = {}
+    try:
+        for found in await repo.held_by(conn, scope, columns):
+            figures[found[:-3]] = [*found[-3:], 0]
+        if with_covered:
+            # GPUs nobody held still show, with their covered time: not silently missing.
+            for found in await repo.covered_by(conn, scope, columns):
+                figures.setdefault(found[:-1], [0, 0, 0, 0])[3] = found[-1]
+        coverage = await _coverage(conn, scope, window)
+    except psycopg.errors.InvalidParameterValue:
+        raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
+
+    host_ids = {k[columns.index("host_id")] for k in figures} if "host_id" in columns else set()
+    gpu_ids = {k[columns.index("gpu_id")] for k in figures} if "gpu_id" in columns else set()
+    names = await _Names.load(conn, workspace_id, host_ids, gpu_ids)
+    values, order = _key_builder(keys, columns, names)
+
+    rows: list[tuple[Any, ...]] = []
+    for key, (held, active, idle_held, covered) in figures.items():
+        row = values(key) + (hours(held), hours(active), hours(idle_held), ratio(idle_held, held))
+        rows.append(row + (hours(covered),) if with_covered else row)
+    rows.sort(key=order)
+
+    held_total = sum(f[0] for f in figures.values())
+    idle_total = sum(f[2] for f in figures.values())
+    totals = {
+        "heldGpuHours": hours(held_total),
+        "activeGpuHours": hours(sum(f[1] for f in figures.values())),
+        "idleHeldGpuHours": hours(idle_total),
+        "idleHeldShare": ratio(idle_total, held_total),
+    }
+    head = {
+        "from": window.local(window.start).isoformat(),
+        "to": window.local(window.end).isoformat(),
+        "groupBy": ",".join(keys),
+        "tz": window.tz_name,
+    }
+    key_fields = _unique([f for k in keys for f in KEY_FIELDS[k]])
+    extra_figures = ("coveredGpuHours",) if with_covered else ()
+    return Report(head, key_fields + USAGE_FIGURES + extra_figures, rows, coverage, totals)
+
+
+async def utilization_report(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    group: str,
+    bucket: str,
+) -> Report:
+    """Per host or GPU and hour or day: time in each state, mean utilization and memory."""
+    if bucket == "day":
+        require_whole_hour_days(window)
+    scope = repo.Scope(workspace_id, window.start, window.end, window.tz_name)
+    columns = (*KEY_COLUMNS[group], bucket)
+    try:
+        found = await repo.utilization_by(conn, scope, columns)
+        coverage = await _coverage(conn, scope, window)
+    except psycopg.errors.InvalidParameterValue:
+        raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
+
+    width = len(KEY_COLUMNS[group])
+    host_ids = {r[0] for r in found}
+    gpu_ids = {r[1] for r in found} if group == "gpu" else set()
+    names = await _Names.load(conn, workspace_id, host_ids, gpu_ids)
+    values, order = _key_builder((group,), KEY_COLUMNS[group], names)
+
+    key_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+    start_cache: dict[Any, str] = {}
+    keyed: list[tuple[Any, tuple[Any, ...]]] = []
+    for r in found:
+        key = tuple(r[:width])
+        cached = key_cache.get(key)
+        if cached is None:
+            fields = values(key)
+            cached = key_cache[key] = (fields, order(fields))
+        fields, sort_key = cached
+        b = r[width]
+        start = start_cache.get(b)
+        if start is None:
+            moment = window.day_start(b) if isinstance(b, date) and bucket == "day" else b
+            start = start_cache[b] = window.local(moment).isoformat()
+        covered, active, idle_held, idle, util, used, total = r[width + 1 :]
+        row = fields + (
+            start,
+            hours(covered),
+            hours(active),
+            hours(idle_held),
+            hours(idle),
+            ratio(util, covered),
+            ratio(used, total, 100.0),
+        )
+        # The raw bucket sorts by time; local ISO strings do not across a DST fall-back.
+        keyed.append(((sort_key, b), row))
+    keyed.sort(key=lambda item: item[0])
+    rows = [row for _, row in keyed]
+
+    head = {
+        "from": window.local(window.start).isoformat(),
+        "to": window.local(window.end).isoformat(),
+        "groupBy": group,
+        "bucket": bucket,
+        "tz": window.tz_name,
+    }
+    return Report(head, KEY_FIELDS[group] + UTILIZATION_FIGURES, rows, coverage)
