@@ -1,0 +1,207 @@
+"""The live stream: an agent's WebSocket in, Server-Sent Events out, per workspace only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
+
+from tests.board.helpers import enroll, make_tenant
+
+
+def util_message(uuids: tuple[str, ...] = ("GPU-0", "GPU-1"), util: int = 2) -> str:
+    """What agent 1.8.0 sends once a second (ws_client.util_message)."""
+    return json.dumps(
+        {
+            "type": "util",
+            "ts": time.time(),
+            "gpus": [{"deviceUuid": u, "utilPct": util, "memUsedMb": 70000} for u in uuids],
+        }
+    )
+
+
+class SseReader:
+    """Reads one SSE response in the background; events land in a queue."""
+
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.status = 0
+        self.opened = asyncio.Event()
+
+    async def run(self, client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> None:
+        async with client.stream("GET", url, headers=headers) as response:
+            self.status = response.status_code
+            self.opened.set()
+            event = "message"
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[len("event: ") :]
+                elif line.startswith("data: "):
+                    await self.events.put((event, json.loads(line[len("data: ") :])))
+                    event = "message"
+
+    async def next_util(self, timeout: float = 10) -> dict[str, Any]:
+        while True:
+            event, data = await asyncio.wait_for(self.events.get(), timeout)
+            if event == "util":
+                return data
+
+    async def utils_within(self, seconds: float) -> list[dict[str, Any]]:
+        found = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                found.append(await self.next_util(seconds))
+        return found
+
+
+@contextlib.asynccontextmanager
+async def sse(base_url: str, path: str, headers: dict[str, str]) -> AsyncIterator[SseReader]:
+    reader = SseReader()
+    async with httpx.AsyncClient(base_url=base_url, timeout=None, trust_env=False) as client:
+        task = asyncio.create_task(reader.run(client, path, headers))
+        await asyncio.wait_for(reader.opened.wait(), 10)
+        try:
+            yield reader
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                await task
+
+
+def agent_socket(base_url: str, token: str | None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    ws_url = base_url.replace("http://", "ws://") + "/agent/v1/stream"
+    return connect(ws_url, additional_headers=headers, proxy=None, open_timeout=10)
+
+
+async def send_spaced(ws: ClientConnection, messages: list[str | bytes]) -> None:
+    for message in messages:
+        await ws.send(message)
+        await asyncio.sleep(0.25)  # the agent sends one a second; the board drops floods
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def served(app: Any) -> AsyncIterator[str]:
+    """The test's app (lifespan already running) on a real loopback port."""
+    port = _free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    assert await app.state.runtime.stream.wait_listening(10)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
+
+
+async def test_samples_reach_subscribers_of_the_same_workspace_only(
+    app: Any, client: httpx.AsyncClient, served: str
+) -> None:
+    acme = await make_tenant(app, "acme")
+    other = await make_tenant(app, "other")
+    host = await enroll(client, acme, "gpu-01")
+    await enroll(client, other, "gpu-99")
+    stream = "/api/v1/workspaces/{}/stream"
+    async with (
+        sse(served, stream.format("acme"), acme.auth("member")) as mine,
+        sse(served, stream.format("other"), other.auth("admin")) as theirs,
+    ):
+        assert (mine.status, theirs.status) == (200, 200)
+        async with agent_socket(served, host["agentToken"]) as ws:
+            await send_spaced(
+                ws,
+                [
+                    util_message(util=80),
+                    "not json",
+                    b"\x00binary",
+                    json.dumps({"type": "util", "ts": "soon", "gpus": []}),
+                    util_message(util=3),
+                ],
+            )
+            first = await mine.next_util()
+            second = await mine.next_util()
+        assert first["hostId"] == host["hostId"]
+        assert [g["utilPct"] for g in first["gpus"]] == [80, 80]
+        assert first["gpus"][0] == {"uuid": "GPU-0", "utilPct": 80, "memoryUsedMb": 70000}
+        # Bad messages were dropped and counted; the connection stayed up.
+        assert (second["gpus"][0]["utilPct"], second["dropped"]) == (3, 3)
+        assert await theirs.utils_within(1.0) == []
+
+
+async def test_a_new_page_gets_the_recent_minutes_first(
+    app: Any, client: httpx.AsyncClient, served: str
+) -> None:
+    acme = await make_tenant(app, "acme")
+    one = await enroll(client, acme, "one")
+    two = await enroll(client, acme, "two")
+    for host in (one, two):
+        async with agent_socket(served, host["agentToken"]) as ws:
+            await send_spaced(ws, [util_message(), util_message()])
+    await asyncio.sleep(0.5)
+    path = f"/api/v1/workspaces/acme/stream?hostId={two['hostId']}"
+    async with sse(served, path, acme.auth()) as page:
+        replayed = [await page.next_util(), await page.next_util()]
+        assert {e["hostId"] for e in replayed} == {two["hostId"]}
+        assert await page.utils_within(0.5) == []
+    latest = await client.get("/api/v1/workspaces/acme/stream/latest", headers=acme.auth())
+    assert {h["hostId"] for h in latest.json()["hosts"]} == {one["hostId"], two["hostId"]}
+
+
+async def test_bad_token_is_refused_at_the_upgrade(
+    app: Any, client: httpx.AsyncClient, served: str
+) -> None:
+    acme = await make_tenant(app, "acme")
+    host = await enroll(client, acme)
+    revoked = await enroll(client, acme, "old")
+    r = await client.post(
+        f"/api/v1/workspaces/acme/hosts/{revoked['hostId']}/revoke", headers=acme.auth()
+    )
+    assert r.status_code == 200
+    for token in (None, "gua_agent_unknown", acme.admin_token, revoked["agentToken"]):
+        with pytest.raises(InvalidStatus) as refused:
+            async with agent_socket(served, token):
+                pass
+        assert refused.value.response.status_code == 401
+        assert isinstance(json.loads(refused.value.response.body)["detail"], str)
+    async with agent_socket(served, host["agentToken"]) as ws:
+        await ws.send(util_message())
+
+
+async def test_who_may_watch(app: Any, client: httpx.AsyncClient) -> None:
+    acme = await make_tenant(app, "acme")
+    await make_tenant(app, "other")
+    r = await client.get("/api/v1/workspaces/acme/stream", headers=acme.auth("finance"))
+    assert r.status_code == 403
+    r = await client.get("/api/v1/workspaces/other/stream", headers=acme.auth())
+    assert r.status_code == 404
+    r = await client.get("/api/v1/workspaces/acme/stream")
+    assert r.status_code == 401
+
+
+def test_notify_payloads_fit() -> None:
+    from board.stream.hub import MAX_PAYLOAD, Sample
+
+    gpus = tuple((f"GPU-{i:0124d}", 100, 2**31 - 1) for i in range(64))  # longest allowed
+    sample = Sample(1, "h" * 36, time.time(), gpus, 5)
+    payloads = sample.payloads()
+    assert len(payloads) > 1
+    assert all(len(p.encode()) <= MAX_PAYLOAD for p in payloads)
+    back = [Sample.from_payload(p) for p in payloads]
+    assert sum(len(s.gpus) for s in back if s) == 64
