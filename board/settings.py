@@ -34,6 +34,14 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # Cookies are marked Secure unless the operator serves plain HTTP on purpose.
     cookie_secure: bool = False
+    # Web sign-in: how long a session cookie lives, and failed attempts allowed per
+    # email and client address within the window before sign-in answers 429.
+    session_max_age_seconds: int = Field(default=12 * 3600, ge=60, le=30 * 24 * 3600)
+    signin_max_failures: int = Field(default=5, ge=1, le=1000)
+    signin_window_seconds: int = Field(default=300, ge=1, le=24 * 3600)
+    # The board's address as agents reach it (behind a proxy); shown in the `gua enroll`
+    # command of the admin page. Unset: the address the admin's browser used.
+    public_url: str | None = None
     # Raw-history archives uploaded by agents (board.archives). "local" keeps them under
     # archive_dir (default data_dir/archives); "package.module:factory" plugs in another
     # store, e.g. an S3-compatible one, built by factory(settings).

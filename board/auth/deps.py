@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Path
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import tokens
 from board.errors import Forbidden, NotFound, Unauthorized
@@ -66,3 +67,31 @@ async def workspace_context(
 
 
 WorkspaceDep = Annotated[WorkspaceContext, Depends(workspace_context)]
+
+
+async def member_context(session: AsyncSession, slug: str, user_id: int) -> WorkspaceContext:
+    """A signed-in person (web session) in the workspace of the URL; not a member is 404."""
+    row = (
+        await session.execute(
+            select(Workspace, User.email, Membership.role)
+            .select_from(Membership)
+            .join(Workspace, Workspace.id == Membership.workspace_id)
+            .join(User, User.id == Membership.user_id)
+            .where(Membership.user_id == user_id, Workspace.slug == slug)
+        )
+    ).one_or_none()
+    if row is None:
+        raise NotFound(f"No workspace {slug!r}.")
+    workspace, email, role = row
+    return WorkspaceContext(workspace=workspace, user_id=user_id, email=email, role=role)
+
+
+async def memberships_of(session: AsyncSession, user_id: int) -> list[tuple[str, str, str]]:
+    """(slug, name, role) of every workspace the person belongs to, by name."""
+    rows = await session.execute(
+        select(Workspace.slug, Workspace.name, Membership.role)
+        .join(Membership, Membership.workspace_id == Workspace.id)
+        .where(Membership.user_id == user_id)
+        .order_by(Workspace.name, Workspace.slug)
+    )
+    return [(slug, name, role) for slug, name, role in rows.all()]

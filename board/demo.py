@@ -1,0 +1,357 @@
+"""`gua-board demo`: the board on its embedded PostgreSQL, alive with simulated hosts.
+
+Everything goes the way a real installation goes: migrations, a workspace with people,
+hosts enrolled with one-time tokens claimed through the agent API, telemetry pushed
+through the agent API by the agent's own fake collector and payload builder. Only the
+hosts are simulated. A rerun reuses the workspace, the people (passwords reset to the
+ones kept in the data directory) and the hosts (their agent tokens are kept there too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from sqlalchemy import select
+
+from agent import AGENT_VERSION
+from agent.fake import FakeCollector
+from agent.model import ERROR_NVML_INIT_FAILED, ERROR_PROCESS_LIST_UNAVAILABLE, Collection
+from agent.payload import HostIdentity, build_observation
+from board.app import create_app
+from board.auth import tokens
+from board.auth.passwords import hash_password
+from board.db import migrate
+from board.db.urls import resolve_database_url
+from board.enrollment import service as enrollment
+from board.errors import NotFound
+from board.hosts.models import Host
+from board.partitions.scheduler import maintain_once
+from board.runtime import Runtime
+from board.settings import Settings
+from board.workspaces import service as workspaces
+from board.workspaces.models import Membership, User
+
+log = logging.getLogger(__name__)
+
+SLUG = "demo"
+PEOPLE = (
+    ("admin@demo.example", "admin"),
+    ("lead@demo.example", "member"),
+    ("finance@demo.example", "finance"),
+)
+# What each simulated host does, in order; more hosts than roles repeat them.
+ROLES = ("ok", "ok", "partial", "error", "stale", "never")
+BACKFILL = timedelta(hours=6)
+BACKFILL_STEP = timedelta(seconds=60)  # within the default 120 s max sample gap
+STALE_FOR = timedelta(minutes=10)  # a stale host went quiet this long ago
+BROKEN_FOR = timedelta(minutes=20)  # an erroring host was healthy until this long ago
+
+
+@dataclass
+class SimHost:
+    name: str
+    role: str
+    host_id: str = ""
+    agent_token: str = ""
+
+    @property
+    def fake(self) -> FakeCollector:
+        return FakeCollector(self.name)
+
+    def observation(self, at: datetime) -> dict[str, Any]:
+        """What this host's agent sends at `at`: the fake GPUs, or how its role breaks them."""
+        identity = HostIdentity(self.name, AGENT_VERSION, self.host_id or None, None)
+        if self.role == "error" and at > datetime.now(UTC) - BROKEN_FOR:
+            broken = Collection("unknown", (), status="error", errors=(ERROR_NVML_INIT_FAILED,))
+            return build_observation(broken, identity, at)
+        collection = self.fake.collect(at)
+        if self.role == "partial":
+            # The last card's process list cannot be read: no processes, no usageState.
+            *rest, last = collection.gpus
+            unreadable = replace(last, processes=(), processes_ok=False, usage_state=None)
+            collection = Collection(
+                collection.driver_version,
+                (*rest, unreadable),
+                status="partial",
+                errors=(ERROR_PROCESS_LIST_UNAVAILABLE,),
+            )
+        return build_observation(collection, identity, at)
+
+    def pushes_live(self) -> bool:
+        return self.role in ("ok", "partial", "error")
+
+    def history_end(self, now: datetime) -> datetime | None:
+        if self.role == "never":
+            return None
+        return now - STALE_FOR if self.role == "stale" else now
+
+
+@dataclass
+class Demo:
+    """A running demo: where it is, who may sign in, and its simulated hosts."""
+
+    url: str
+    slug: str
+    password: str
+    hosts: list[SimHost]
+    interval: float
+    client: httpx.AsyncClient
+    pushed: int = 0
+    failures: list[str] = field(default_factory=list)
+    paused: bool = False
+
+    async def push(self, host: SimHost, at: datetime) -> httpx.Response:
+        response = await self.client.post(
+            "/agent/v1/observations",
+            content=json.dumps(host.observation(at)),
+            headers={
+                "Authorization": f"Bearer {host.agent_token}",
+                "Content-Type": "application/json",
+            },
+        )
+        if response.status_code == 202:
+            self.pushed += 1
+        else:
+            self.failures.append(f"{host.name}: HTTP {response.status_code} {response.text}")
+        return response
+
+    async def tick(self) -> None:
+        now = datetime.now(UTC)
+        await asyncio.gather(*(self.push(h, now) for h in self.hosts if h.pushes_live()))
+
+    async def backfill(self, concurrency: int = 4) -> None:
+        """The last hours at whole minutes: data for charts and reports; a rerun dedupes."""
+        now = datetime.now(UTC)
+        start = (now - BACKFILL).replace(second=0, microsecond=0)
+        queue: asyncio.Queue[tuple[SimHost, datetime]] = asyncio.Queue()
+        for host in self.hosts:
+            end = host.history_end(now)
+            at = start
+            while end is not None and at <= end - BACKFILL_STEP:
+                queue.put_nowait((host, at))
+                at += BACKFILL_STEP
+
+        async def worker() -> None:
+            while not queue.empty():
+                host, at = queue.get_nowait()
+                await self.push(host, at)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    async def simulate(self) -> None:
+        """Push every host's fake telemetry every `interval` seconds until cancelled."""
+        while True:
+            if not self.paused:
+                try:
+                    await self.tick()
+                except httpx.HTTPError as exc:
+                    log.warning("demo push failed: %s", exc)
+            await asyncio.sleep(self.interval)
+
+
+def _state_path(settings: Settings) -> Path:
+    return settings.data_dir / "demo.json"
+
+
+def _load_state(settings: Settings) -> dict[str, Any]:
+    path = _state_path(settings)
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save_state(settings: Settings, state: dict[str, Any]) -> None:
+    path = _state_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.chmod(0o600)  # agent tokens and the demo password
+    tmp.replace(path)
+
+
+async def _ensure_people(runtime: Runtime, password: str) -> None:
+    async with runtime.sessions() as session:
+        try:
+            workspace = await workspaces.get_workspace(session, SLUG)
+        except NotFound:
+            workspace = await workspaces.create_workspace(session, SLUG, "Demo lab")
+        for email, role in PEOPLE:
+            user = await session.scalar(select(User).where(User.email == email))
+            member = (
+                await session.get(Membership, (workspace.id, user.id)) if user is not None else None
+            )
+            if user is None or member is None or member.role != role:
+                await workspaces.add_member(session, workspace, email, role, password)
+            else:
+                user.password_hash = hash_password(password)  # reset: reuse, never guess
+        await session.commit()
+
+
+async def _enroll(runtime: Runtime, client: httpx.AsyncClient, host: SimHost) -> None:
+    async with runtime.sessions() as session:
+        workspace = await workspaces.get_workspace(session, SLUG)
+        issued = await enrollment.issue(
+            session, workspace.id, display_name=host.name, expires_in_hours=1
+        )
+        await session.commit()
+    claimed = await client.post(
+        "/agent/v1/enrollments/claim",
+        json={
+            "enrollmentToken": issued.token,
+            "hostname": host.name,
+            "agentVersion": AGENT_VERSION,
+            "driverVersion": FakeCollector.driver_version,
+        },
+    )
+    claimed.raise_for_status()
+    body = claimed.json()
+    host.host_id, host.agent_token = body["hostId"], body["agentToken"]
+
+
+async def _still_enrolled(runtime: Runtime, host: SimHost) -> bool:
+    """The kept agent token still belongs to a live host of the demo workspace.
+
+    Checked in the database, not by pushing: a push would make a stale host fresh.
+    """
+    if not host.agent_token or not host.host_id:
+        return False
+    try:
+        public_id = uuid.UUID(host.host_id)
+    except ValueError:
+        return False
+    async with runtime.sessions() as session:
+        found = await session.scalar(
+            select(Host.id).where(
+                Host.public_id == public_id,
+                Host.agent_token_hash == tokens.digest(host.agent_token),
+                Host.revoked_at.is_(None),
+            )
+        )
+    return found is not None
+
+
+async def start_demo(
+    app_runtime: Runtime,
+    settings: Settings,
+    base_url: str,
+    n_hosts: int,
+    interval: float,
+    client: httpx.AsyncClient | None = None,
+) -> Demo:
+    """Workspace, people and enrolled hosts on a running board; the first pushes done."""
+    await maintain_once(app_runtime)  # partitions for the back-filled hours, before pushing
+    state = _load_state(settings)
+    password = state.get("password") or secrets.token_urlsafe(12)
+    await _ensure_people(app_runtime, password)
+    client = client or httpx.AsyncClient(base_url=base_url, timeout=30)
+    kept = state.get("hosts", {})
+    hosts: list[SimHost] = []
+    for i in range(n_hosts):
+        role = ROLES[i % len(ROLES)]
+        host = SimHost(name=f"demo-{role}-{i + 1:02d}", role=role)
+        saved = kept.get(host.name, {})
+        host.host_id, host.agent_token = saved.get("hostId", ""), saved.get("agentToken", "")
+        if not await _still_enrolled(app_runtime, host):
+            await _enroll(app_runtime, client, host)
+        hosts.append(host)
+    _save_state(
+        settings,
+        {
+            "password": password,
+            "hosts": {h.name: {"hostId": h.host_id, "agentToken": h.agent_token} for h in hosts},
+        },
+    )
+    demo = Demo(base_url, SLUG, password, hosts, interval, client)
+    await demo.tick()
+    for host in hosts:
+        # A stale host's last word first, so it shows stale (not never) from the start.
+        if host.role == "stale":
+            last = host.history_end(datetime.now(UTC))
+            assert last is not None
+            await demo.push(host, last.replace(second=0, microsecond=0))
+    return demo
+
+
+def _banner(demo: Demo) -> str:
+    width = max(len(e) for e, _ in PEOPLE)
+    people = "\n".join(f"    {e:<{width}}  {role}" for e, role in PEOPLE)
+    roles = ", ".join(f"{h.name} ({h.role})" for h in demo.hosts)
+    return (
+        f"\nGUA Board demo is running at {demo.url}/\n\n"
+        f"  Sign in with password {demo.password} as:\n{people}\n\n"
+        f"  Simulated hosts, pushing every {demo.interval:g} s: {roles}\n"
+        "  The last hours are being back-filled for the charts and the usage report.\n"
+        "  Press Ctrl-C to stop.\n"
+    )
+
+
+async def serve_demo(
+    settings: Settings,
+    host: str,
+    port: int,
+    n_hosts: int,
+    interval: float,
+    on_ready: Callable[[Demo], Awaitable[None] | None] | None = None,
+) -> None:
+    """Run the board (uvicorn, in this process) and the simulated hosts until stopped."""
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            await serving  # start-up failed (port taken, database down): say why
+            return
+        await asyncio.sleep(0.05)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    url = f"http://{shown_host}:{bound}"
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        demo = await start_demo(app.state.runtime, settings, url, n_hosts, interval)
+        tasks = [asyncio.create_task(demo.simulate()), asyncio.create_task(demo.backfill())]
+        if on_ready is not None:
+            result = on_ready(demo)
+            if result is not None:
+                await result
+        await serving
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        server.should_exit = True
+        await asyncio.gather(serving, return_exceptions=True)
+
+
+def run_demo(args: argparse.Namespace, settings: Settings) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    url = resolve_database_url(settings)  # the embedded PostgreSQL when none is configured
+    migrate.upgrade(url)
+    settings.resolved_secret_key()
+    n_hosts = max(1, min(int(args.hosts), 50))
+    interval = max(0.2, float(args.interval))
+
+    def ready(demo: Demo) -> None:
+        print(_banner(demo), flush=True)  # noqa: T201 - the demo's whole point is this line
+
+    try:
+        asyncio.run(serve_demo(settings, args.host, args.port, n_hosts, interval, ready))
+    except KeyboardInterrupt:
+        pass
+    return 0

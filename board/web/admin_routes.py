@@ -1,0 +1,203 @@
+"""The admin page: enrollment tokens, hosts, members, workspace settings (admins only)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request, Response
+
+from board.enrollment import service as enrollment
+from board.errors import DomainError
+from board.hosts import service as hosts
+from board.runtime import RuntimeDep, SessionDep
+from board.web.deps import CsrfDep, Page, PageDep
+from board.web.render import PageRoute, redirect, render
+from board.workspaces import service as workspaces
+from board.workspaces.models import ROLES
+
+router = APIRouter(prefix="/w/{slug}/admin", route_class=PageRoute, include_in_schema=False)
+
+NOTICES = {
+    "token-revoked": "The enrollment token was revoked; it can no longer be claimed.",
+    "host-revoked": "The host was revoked: its agent's pushes are refused from now on.",
+    "settings-saved": "Workspace settings saved.",
+}
+SETTING_FIELDS = ("maxSampleGapSeconds", "staleAfterSeconds", "timezone", "retentionDays")
+
+
+def board_url(request: Request, runtime: RuntimeDep) -> str:
+    """What agents should use as --server-url: the configured public URL, else this one."""
+    configured = runtime.settings.public_url
+    return (configured or str(request.base_url)).rstrip("/")
+
+
+async def _admin_page(
+    request: Request,
+    page: Page,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    status_code: int = 200,
+    **extra: Any,
+) -> Response:
+    # Loaded again: after a rolled-back change the session's copy is expired.
+    workspace = await workspaces.get_workspace(db, page.slug)
+    now = datetime.now(UTC)
+    tokens = [
+        {
+            "prefix": t.token_prefix,
+            "displayName": t.display_name,
+            "state": enrollment.token_state(t, now),
+            "createdAt": t.created_at,
+            "expiresAt": t.expires_at,
+            "claimedByHostId": host_id,
+        }
+        for t, host_id in await enrollment.list_tokens(db, page.ctx.workspace_id)
+    ]
+    listed = await hosts.list_hosts(db, page.ctx)
+    context = {
+        "page": page,
+        "nav": "admin",
+        "tokens": tokens,
+        "hosts": listed,
+        "host_names": {h["hostId"]: h["displayName"] for h in listed},
+        "members": await workspaces.list_members(db, page.ctx.workspace_id),
+        "roles": ROLES,
+        "settings": workspaces.settings_of(workspace),
+        "default_ttl": runtime.settings.enrollment_token_ttl_hours,
+        "board_url": board_url(request, runtime),
+        "notice": NOTICES.get(request.query_params.get("notice", "")),
+        "error": None,
+        "issued": None,
+        "new_member": None,
+        "form": {},
+        **extra,
+    }
+    return render(request, "admin.html", context, status_code=status_code)
+
+
+@router.get("")
+async def admin_page(
+    request: Request, page: PageDep, db: SessionDep, runtime: RuntimeDep
+) -> Response:
+    page.ctx.require("admin")
+    return await _admin_page(request, page, db, runtime)
+
+
+async def _failed(
+    request: Request, page: Page, db: SessionDep, runtime: RuntimeDep, exc: DomainError, **kw: Any
+) -> Response:
+    # Nothing of a refused change may be committed by the request's session.
+    await db.rollback()
+    return await _admin_page(
+        request, page, db, runtime, status_code=exc.status_code, error=exc.detail, **kw
+    )
+
+
+@router.post("/enrollment-tokens")
+async def issue_token(
+    request: Request,
+    _csrf: CsrfDep,
+    page: PageDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    display_name: Annotated[str, Form(max_length=255)] = "",
+    expires_in_hours: Annotated[str, Form(max_length=20)] = "",
+) -> Response:
+    page.ctx.require("admin")
+    try:
+        hours = float(expires_in_hours) if expires_in_hours.strip() else None
+    except ValueError:
+        hours = -1.0  # refused by the service with its own sentence
+    try:
+        issued = await enrollment.issue(
+            db,
+            page.ctx.workspace_id,
+            display_name=display_name.strip() or None,
+            expires_in_hours=hours or runtime.settings.enrollment_token_ttl_hours,
+        )
+        await db.commit()
+    except DomainError as exc:
+        return await _failed(request, page, db, runtime, exc)
+    return await _admin_page(request, page, db, runtime, status_code=201, issued=issued)
+
+
+@router.post("/enrollment-tokens/{prefix}/revoke")
+async def revoke_token(
+    request: Request, prefix: str, _csrf: CsrfDep, page: PageDep, db: SessionDep
+) -> Response:
+    page.ctx.require("admin")
+    await enrollment.revoke(db, page.ctx.workspace_id, prefix)
+    await db.commit()
+    return redirect(request, f"/w/{page.slug}/admin?notice=token-revoked#tokens")
+
+
+@router.post("/hosts/{host_id}/revoke")
+async def revoke_host(
+    request: Request,
+    host_id: str,
+    _csrf: CsrfDep,
+    page: PageDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
+) -> Response:
+    page.ctx.require("admin")
+    await hosts.revoke_host(db, page.ctx, host_id)
+    await db.commit()
+    # The ingest path caches token -> host; a revoked host must not push from the cache.
+    runtime.agent_tokens.clear()
+    return redirect(request, f"/w/{page.slug}/admin?notice=host-revoked#hosts")
+
+
+@router.post("/members")
+async def add_member(
+    request: Request,
+    _csrf: CsrfDep,
+    page: PageDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    email: Annotated[str, Form(max_length=320)] = "",
+    role: Annotated[str, Form(max_length=20)] = "member",
+    password: Annotated[str, Form(max_length=1024)] = "",
+) -> Response:
+    page.ctx.require("admin")
+    try:
+        workspace = await db.merge(page.ctx.workspace)
+        member = await workspaces.add_member(db, workspace, email, role, password or None)
+        await db.commit()
+    except DomainError as exc:
+        form = {"email": email, "role": role}
+        return await _failed(request, page, db, runtime, exc, form=form)
+    return await _admin_page(request, page, db, runtime, status_code=201, new_member=member)
+
+
+def _setting_value(key: str, raw: str) -> object:
+    raw = raw.strip()
+    if key == "timezone":
+        return raw
+    # Not a whole number: passed on as text, so the service's sentence says why.
+    return int(raw) if raw.isdigit() else raw
+
+
+@router.post("/settings")
+async def save_settings(
+    request: Request,
+    _csrf: CsrfDep,
+    page: PageDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
+) -> Response:
+    page.ctx.require("admin")
+    form = await request.form()
+    changes = {
+        key: _setting_value(key, str(form.get(key, "")))
+        for key in SETTING_FIELDS
+        if form.get(key) is not None
+    }
+    try:
+        workspace = await db.merge(page.ctx.workspace)
+        workspaces.update_settings(workspace, changes)
+        await db.commit()
+    except DomainError as exc:
+        return await _failed(request, page, db, runtime, exc)
+    return redirect(request, f"/w/{page.slug}/admin?notice=settings-saved#settings")

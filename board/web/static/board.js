@@ -1,0 +1,185 @@
+// GUA Board: a little plain JavaScript on top of server-rendered pages.
+// - [data-live]: fetch the page's JSON every few seconds and swap in the server-rendered
+//   fragments it carries (one renderer: the Jinja templates), without reloading.
+// - [data-live-filters]: filter changes apply at once and stay in the address bar.
+// - [data-live-chart]: a small live utilization chart fed by the same JSON.
+// - [data-autosubmit], form[data-confirm]: small conveniences; everything works without JS.
+"use strict";
+
+(function () {
+  document.documentElement.classList.add("js");
+
+  function onReady(fn) {
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", fn);
+    else fn();
+  }
+
+  function focusKey(el) {
+    if (!el || el === document.body) return null;
+    if (el.id) return "#" + CSS.escape(el.id);
+    if (el.getAttribute("href")) return 'a[href="' + CSS.escape(el.getAttribute("href")) + '"]';
+    return null;
+  }
+
+  function swapFragments(root, fragments) {
+    const active = document.activeElement;
+    Object.keys(fragments).forEach(function (key) {
+      const target = root.querySelector('[data-fragment="' + key + '"]');
+      if (!target || target.dataset.html === fragments[key]) return;
+      const hadFocus = target.contains(active) ? focusKey(active) : null;
+      target.innerHTML = fragments[key];
+      target.dataset.html = fragments[key];
+      if (hadFocus) {
+        const again = target.querySelector(hadFocus);
+        if (again) again.focus();
+      }
+    });
+  }
+
+  function startLive(root) {
+    const base = root.dataset.live;
+    const every = Math.max(1, Number(root.dataset.interval || 5)) * 1000;
+    let timer = null;
+    let busy = false;
+
+    async function refresh() {
+      if (busy) return;
+      busy = true;
+      try {
+        const response = await fetch(base + window.location.search, {
+          headers: { Accept: "application/json" },
+          credentials: "same-origin",
+          cache: "no-store",
+        });
+        if (response.status === 401) {
+          window.location.reload(); // the session ended: the page sends us to sign in
+          return;
+        }
+        if (!response.ok) return;
+        const data = await response.json();
+        swapFragments(root, data.fragments || {});
+        root.dispatchEvent(new CustomEvent("board:update", { detail: data }));
+        root.dataset.updatedAt = data.generatedAt || "";
+      } catch (err) {
+        // Offline for a moment: the next tick tries again.
+      } finally {
+        busy = false;
+      }
+    }
+
+    function schedule() {
+      clearInterval(timer);
+      timer = setInterval(function () {
+        if (!document.hidden) refresh();
+      }, every);
+    }
+
+    root.boardRefresh = refresh;
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden) refresh();
+    });
+    schedule();
+  }
+
+  function startFilters(form) {
+    form.addEventListener("change", function () {
+      const params = new URLSearchParams(new FormData(form));
+      Array.from(params.keys()).forEach(function (k) {
+        if (!params.get(k)) params.delete(k);
+      });
+      const query = params.toString();
+      history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
+      const live = document.querySelector("[data-live]");
+      if (live && live.boardRefresh) live.boardRefresh();
+    });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      form.dispatchEvent(new Event("change"));
+    });
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const KEEP = 120;
+
+  function startLiveChart(section) {
+    const root = section.closest("[data-live]");
+    const target = section.querySelector("[data-live-target]");
+    if (!root || !target) return;
+    const series = new Map(); // GPU label -> [{t, util}]
+
+    function draw() {
+      const width = 600, height = 120, pad = 4;
+      const svg = document.createElementNS(SVG, "svg");
+      svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+      svg.setAttribute("preserveAspectRatio", "none");
+      svg.setAttribute("role", "img");
+      svg.setAttribute("aria-label", "Live utilization per GPU, 0 to 100 percent");
+      let all = [];
+      series.forEach(function (points) { all = all.concat(points); });
+      if (all.length === 0) return;
+      const t0 = Math.min.apply(null, all.map(function (p) { return p.t; }));
+      const t1 = Math.max.apply(null, all.map(function (p) { return p.t; }));
+      const span = Math.max(1, t1 - t0);
+      const legend = document.createElement("ul");
+      legend.className = "chart-legend";
+      let n = 0;
+      series.forEach(function (points, label) {
+        const cls = "series-" + (n % 6);
+        const line = document.createElementNS(SVG, "polyline");
+        line.setAttribute("class", "line " + cls);
+        line.setAttribute("fill", "none");
+        line.setAttribute("stroke-width", "2");
+        line.setAttribute("vector-effect", "non-scaling-stroke");
+        line.setAttribute("points", points.map(function (p) {
+          const x = pad + (width - 2 * pad) * (p.t - t0) / span;
+          const y = height - pad - (height - 2 * pad) * p.util / 100;
+          return x.toFixed(1) + "," + y.toFixed(1);
+        }).join(" "));
+        svg.appendChild(line);
+        const item = document.createElement("li");
+        const swatch = document.createElement("span");
+        swatch.className = "swatch " + cls;
+        item.appendChild(swatch);
+        const last = points[points.length - 1];
+        item.appendChild(document.createTextNode(label + ": " + last.util + " %"));
+        legend.appendChild(item);
+        n += 1;
+      });
+      target.replaceChildren(svg, legend);
+    }
+
+    root.addEventListener("board:update", function (event) {
+      const data = event.detail || {};
+      const t = Date.parse(data.generatedAt || "") || Date.now();
+      (data.gpus || []).forEach(function (gpu) {
+        if (gpu.state === "not_observed" || gpu.utilPct === null) return;
+        const label = "GPU " + gpu.index;
+        const points = series.get(label) || [];
+        points.push({ t: t, util: gpu.utilPct });
+        while (points.length > KEEP) points.shift();
+        series.set(label, points);
+      });
+      draw();
+    });
+  }
+
+  onReady(function () {
+    document.querySelectorAll("[data-live]").forEach(function (root) {
+      root.querySelectorAll("[data-fragment]").forEach(function (el) {
+        el.dataset.html = el.innerHTML;
+      });
+      startLive(root);
+      if (root.boardRefresh) root.boardRefresh();
+    });
+    document.querySelectorAll("form[data-live-filters]").forEach(startFilters);
+    document.querySelectorAll("[data-live-chart]").forEach(startLiveChart);
+    document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
+      select.addEventListener("change", function () { select.form.submit(); });
+    });
+    document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+      form.addEventListener("submit", function (event) {
+        if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+      });
+    });
+  });
+})();

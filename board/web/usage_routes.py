@@ -1,0 +1,161 @@
+"""The usage page and its CSV: the usage report service, exactly as the REST report calls it."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Query, Request, Response
+
+from board.errors import DomainError
+from board.reports import params, service
+from board.reports.csv import render_csv
+from board.runtime import SessionDep
+from board.web.charts import stacked_bars
+from board.web.deps import Page, PageDep, report_connection
+from board.web.render import PageRoute, finish, render
+
+router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
+
+READERS = ("admin", "member", "finance")
+GROUPS = {"user": "User", "host": "Host", "gpu": "GPU", "day": "Day"}
+DEFAULT_DAYS = 7
+
+
+def _today(tz_name: str) -> date:
+    try:
+        _, zone = params.parse_zone(tz_name)
+    except DomainError:
+        _, zone = params.parse_zone("UTC")  # the report itself says why the zone is wrong
+    return datetime.now(zone).date()
+
+
+def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str) -> dict[str, str]:
+    """The report's parameters in the REST API's terms; the form's `through` is inclusive."""
+    tz = tz or page.ctx.workspace.timezone
+    today = _today(tz)
+    if not to and through:
+        try:
+            to = (date.fromisoformat(through) + timedelta(days=1)).isoformat()
+        except ValueError:
+            to = through  # the report's parser says why it is wrong
+    return {
+        "from": from_ or (today - timedelta(days=DEFAULT_DAYS - 1)).isoformat(),
+        "to": to or (today + timedelta(days=1)).isoformat(),
+        "groupBy": group_by or "user",
+        "tz": tz,
+    }
+
+
+async def _report(db: SessionDep, page: Page, query: dict[str, str]) -> service.Report:
+    page.ctx.require(*READERS)
+    window = params.parse_window(query["from"], query["to"], query["tz"])
+    keys = params.parse_usage_group(query["groupBy"])
+    return await service.usage_report(
+        await report_connection(db), page.ctx.workspace_id, window, keys
+    )
+
+
+def _through(to: str) -> str:
+    """The form shows the last day included; the report's `to` is the day after."""
+    try:
+        return (date.fromisoformat(to) - timedelta(days=1)).isoformat()
+    except ValueError:
+        return to
+
+
+def _label(row: dict[str, Any], keys: list[str]) -> str:
+    parts: list[str] = []
+    for key in keys:
+        if key == "user":
+            parts.append(str(row["user"]))
+        elif key == "host":
+            parts.append(str(row["displayName"]))
+        elif key == "gpu":
+            parts.append(f"{row['displayName']} GPU {row['gpuIndex']}")
+        else:
+            parts.append(str(row["day"]))
+    return " · ".join(parts)
+
+
+def _presets(today: date) -> list[tuple[str, str, str]]:
+    first = today.replace(day=1)
+    last_month_end = first - timedelta(days=1)
+    return [
+        ("Today", today.isoformat(), today.isoformat()),
+        ("Last 7 days", (today - timedelta(days=6)).isoformat(), today.isoformat()),
+        ("This month", first.isoformat(), today.isoformat()),
+        ("Last month", last_month_end.replace(day=1).isoformat(), last_month_end.isoformat()),
+    ]
+
+
+@router.get("/usage")
+async def usage_page(
+    request: Request,
+    page: PageDep,
+    db: SessionDep,
+    from_: Annotated[str, Query(alias="from")] = "",
+    to: str = "",
+    through: str = "",
+    group_by: Annotated[str, Query(alias="groupBy")] = "",
+    tz: str = "",
+) -> Response:
+    query = _query(page, from_, to, through, group_by, tz)
+    context: dict[str, Any] = {
+        "page": page,
+        "nav": "usage",
+        "query": query,
+        "groups": GROUPS,
+        "through": _through(query["to"]),
+        "presets": _presets(_today(query["tz"])),
+        "error": None,
+        "report": None,
+    }
+    try:
+        report = await _report(db, page, query)
+    except DomainError as exc:
+        if exc.status_code != 422:
+            raise
+        context["error"] = exc.detail
+        return render(request, "usage.html", context, status_code=422)
+    body = report.as_json()
+    keys = query["groupBy"].split(",")
+    rows = body["rows"]
+    context.update(
+        report=body,
+        keys=keys,
+        labels=[_label(r, keys) for r in rows],
+        bars=stacked_bars(
+            [
+                (_label(r, keys), r["activeGpuHours"], r["idleHeldGpuHours"], r["idleHeldShare"])
+                for r in rows
+            ]
+        ),
+        csv_url=f"/w/{page.slug}/usage.csv?{urlencode(query)}",
+        api_url=f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv",
+    )
+    return render(request, "usage.html", context)
+
+
+@router.get("/usage.csv")
+async def usage_csv(
+    request: Request,
+    page: PageDep,
+    db: SessionDep,
+    from_: Annotated[str, Query(alias="from")] = "",
+    to: str = "",
+    group_by: Annotated[str, Query(alias="groupBy")] = "",
+    tz: str = "",
+) -> Response:
+    query = _query(page, from_, to, "", group_by, tz)
+    report = await _report(db, page, query)
+    filename = f"{page.slug}-usage-{report.head['from'][:10]}-{report.head['to'][:10]}.csv"
+    return finish(
+        request,
+        Response(
+            render_csv(report),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        ),
+    )

@@ -1,0 +1,115 @@
+"""The pages over plain HTTP: sessions, CSRF, rate limiting, tenancy and roles."""
+
+from __future__ import annotations
+
+from tests.board.helpers import enroll, example, make_tenant, push, retimed
+from tests.web.helpers import PASSWORD, csrf_of, sign_in
+
+
+async def test_sign_in_lands_on_the_fleet(app, client) -> None:
+    await make_tenant(app, "acme")
+    r = await sign_in(client, "admin@acme.example")
+    assert r.status_code == 303
+    assert r.headers["location"] == "/"
+    cookie = r.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Secure" not in cookie
+    home = await client.get("/")
+    assert home.status_code == 303 and home.headers["location"] == "/w/acme/"
+    fleet = await client.get("/w/acme/")
+    assert fleet.status_code == 200, fleet.text
+    assert "No hosts yet." in fleet.text
+    assert "default-src 'self'" in fleet.headers["content-security-policy"]
+
+
+async def test_pages_need_a_session(app, client) -> None:
+    await make_tenant(app, "acme")
+    r = await client.get("/w/acme/usage?groupBy=user")
+    assert r.status_code == 303
+    assert r.headers["location"] == "/signin?next=%2Fw%2Facme%2Fusage%3FgroupBy%3Duser"
+    assert (await client.get("/w/acme/fleet.json")).status_code == 401
+
+
+async def test_wrong_password_then_rate_limited(app, client) -> None:
+    await make_tenant(app, "acme")
+    for _ in range(5):
+        r = await sign_in(client, "admin@acme.example", "wrong-password")
+        assert r.status_code == 401
+        assert "Wrong email or password." in r.text
+    r = await sign_in(client, "admin@acme.example", PASSWORD)
+    assert r.status_code == 429
+    assert int(r.headers["retry-after"]) > 0
+    # Another person from the same address is not locked out.
+    assert (await sign_in(client, "member@acme.example")).status_code == 303
+
+
+async def test_unknown_email_is_refused_like_a_wrong_password(app, client) -> None:
+    await make_tenant(app, "acme")
+    r = await sign_in(client, "nobody@acme.example", PASSWORD)
+    assert r.status_code == 401 and "Wrong email or password." in r.text
+
+
+async def test_forms_need_the_csrf_token(app, client) -> None:
+    await make_tenant(app, "acme")
+    await sign_in(client, "admin@acme.example")
+    r = await client.post("/w/acme/admin/enrollment-tokens", data={"csrf_token": "forged"})
+    assert r.status_code == 403
+    r = await client.post("/signout", data={})
+    assert r.status_code == 403
+    page = await client.get("/w/acme/admin")
+    r = await client.post("/signout", data={"csrf_token": csrf_of(page.text)})
+    assert r.status_code == 303
+    assert (await client.get("/w/acme/")).status_code == 303
+
+
+async def test_a_forged_or_foreign_cookie_is_no_session(app, client) -> None:
+    await make_tenant(app, "acme")
+    client.cookies.set("gua_session", "eyJ1IjoxfQ.forged.signature")
+    assert (await client.get("/w/acme/")).status_code == 303
+
+
+async def test_sign_in_redirects_only_to_this_board(app, client) -> None:
+    await make_tenant(app, "acme")
+    r = await sign_in(client, "admin@acme.example", next="//evil.example/")
+    assert r.headers["location"] == "/"
+    await client.post("/signout", data={"csrf_token": csrf_of((await client.get("/w/acme/")).text)})
+    r = await sign_in(client, "admin@acme.example", next="/w/acme/usage")
+    assert r.headers["location"] == "/w/acme/usage"
+
+
+async def test_other_workspaces_are_404(app, client) -> None:
+    await make_tenant(app, "acme")
+    other = await make_tenant(app, "globex")
+    host = await enroll(client, other, "globex-box")
+    await sign_in(client, "admin@acme.example")
+    for path in (
+        "/w/globex/",
+        "/w/globex/fleet.json",
+        f"/w/globex/hosts/{host['hostId']}",
+        "/w/globex/usage",
+        "/w/globex/usage.csv",
+        "/w/globex/admin",
+    ):
+        r = await client.get(path)
+        assert r.status_code == 404, path
+        assert "globex-box" not in r.text
+    # A host of another workspace under one's own slug is 404 too.
+    assert (await client.get(f"/w/acme/hosts/{host['hostId']}")).status_code == 404
+
+
+async def test_finance_sees_usage_not_admin_nor_processes(app, client) -> None:
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant, "box")
+    r = await push(client, host["agentToken"], retimed(example("observation-1.8.0-fake.json")))
+    assert r.status_code == 202
+    await sign_in(client, "finance@acme.example")
+    assert (await client.get("/w/acme/admin")).status_code == 403
+    page = await client.get(f"/w/acme/hosts/{host['hostId']}")
+    assert page.status_code == 200
+    assert "Process details are not shown to the finance role." in page.text
+    data = (await client.get(f"/w/acme/hosts/{host['hostId']}.json")).json()
+    assert all(g["holders"] is None for g in data["gpus"])
+    assert "linuxUser" not in str(data)
+    assert (await client.get("/w/acme/usage")).status_code == 200
+    assert (await client.get("/w/acme/usage.csv")).status_code == 200
+    fleet = await client.get("/w/acme/fleet.json")
+    assert "Held by" not in fleet.json()["fragments"]["hosts"]
