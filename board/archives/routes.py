@@ -7,11 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy import select
 
 from board.archives import service
 from board.archives.worker import Archives
 from board.auth.deps import WorkspaceDep
-from board.errors import DomainError, ServiceUnavailable, Unprocessable
+from board.errors import DomainError, ServiceUnavailable, Unauthorized, Unprocessable
+from board.hosts.models import Host
 from board.hosts.rejections import record_rejection
 from board.ingest.routes import read_body
 from board.ingest.service import authenticate_agent
@@ -33,6 +35,28 @@ ArchivesDep = Annotated[Archives, Depends(get_archives)]
 Authorization = Annotated[str | None, Header()]
 
 
+async def _agent(
+    runtime: Runtime, session: SessionDep, authorization: str | None
+) -> tuple[int, int]:
+    """The agent's host, checked against revocation on every call.
+
+    authenticate_agent answers from a per-process cache that only the process which
+    revoked a host clears; pushes re-check revocation in their transaction, archives here.
+    """
+    principal = await authenticate_agent(runtime, authorization)
+    revoked = await session.scalar(
+        select(Host.revoked_at.is_not(None)).where(
+            Host.workspace_id == principal[0], Host.id == principal[1]
+        )
+    )
+    if revoked is not False:
+        runtime.agent_tokens.clear()
+        raise Unauthorized(
+            "Invalid or missing agent token; enroll the host again if it was revoked."
+        )
+    return principal
+
+
 async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainError) -> None:
     """A refused upload shows on the host like a refused push, with the reason."""
     await record_rejection(
@@ -49,7 +73,7 @@ async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainErr
 async def list_archives(
     runtime: RuntimeDep, session: SessionDep, authorization: Authorization = None
 ) -> dict[str, Any]:
-    workspace_id, host_id = await authenticate_agent(runtime, authorization)
+    workspace_id, host_id = await _agent(runtime, session, authorization)
     objects = await service.list_archives(session, workspace_id, host_id)
     return {"archives": [service.object_view(o) for o in objects]}
 
@@ -64,7 +88,7 @@ async def upload_archive(
     table: Annotated[str | None, Query()] = None,
     authorization: Authorization = None,
 ) -> JSONResponse:
-    principal = await authenticate_agent(runtime, authorization)
+    principal = await _agent(runtime, session, authorization)
     try:
         target = service.parse_target(table, date, datetime.now(UTC), runtime.settings)
         body = await read_body(request, runtime.settings.archive_max_bytes)
@@ -87,7 +111,7 @@ async def prune_archives(
     olderThanDays: Annotated[str | None, Query()] = None,  # the agent's spelling
     authorization: Authorization = None,
 ) -> dict[str, Any]:
-    principal = await authenticate_agent(runtime, authorization)
+    principal = await _agent(runtime, session, authorization)
     if olderThanDays is None or not olderThanDays.isdigit():
         raise Unprocessable("olderThanDays must be a whole number of days (0 or more).")
     keys = await service.prune(session, principal, int(olderThanDays), datetime.now(UTC))

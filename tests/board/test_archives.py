@@ -465,3 +465,19 @@ async def test_host_archives_is_workspace_scoped(app: Any, client: httpx.AsyncCl
         f"/api/v1/workspaces/acme/hosts/{host['hostId']}/archives", headers=other.auth()
     )
     assert r.status_code == 404
+
+
+async def test_revoked_elsewhere_is_refused(app: Any, client: httpx.AsyncClient) -> None:
+    """Another board process revoked the host: this one's token cache must not matter."""
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant)
+    assert (await client.get("/agent/v1/archives", headers=bearer(host))).status_code == 200
+    runtime = app.state.runtime
+    async with runtime.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE hosts SET revoked_at = now() WHERE public_id = %s::uuid", [host["hostId"]]
+        )
+    assert runtime.agent_tokens  # still cached here
+    r = await upload(client, host, "gpu_device", "_full", device_table())
+    assert r.status_code == 401
+    assert (await client.get("/agent/v1/archives", headers=bearer(host))).status_code == 401
