@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from board.partitions.maintenance import run_maintenance
+from board.rollups.retention import drop_expired_rollups
 from board.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,7 @@ async def maintain_once(runtime: Runtime) -> None:
                 retention_days=runtime.settings.raw_retention_days,
                 ahead_days=runtime.settings.partitions_ahead_days,
             )
+            await drop_expired_rollups(conn)
         finally:
             await conn.set_autocommit(False)
     runtime.writer.forget_partitions()

@@ -1,0 +1,54 @@
+"""Rollup retention: hourly rollups older than a workspace's retentionDays are deleted.
+
+Separate from the raw partitions (board.partitions), which follow the server-wide raw
+retention and are dropped whole without ever touching a rollup.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RetentionResult:
+    gpu_rows: int = 0
+    user_rows: int = 0
+
+
+async def drop_expired_rollups(
+    conn: psycopg.AsyncConnection[Any], now: datetime | None = None
+) -> RetentionResult:
+    """Delete every rollup hour that ended more than the workspace's retention_days ago."""
+    now = now or datetime.now(UTC)
+    result = RetentionResult()
+    for table in ("gpu_hour_rollups", "user_hour_rollups"):
+        # An hour is expired once its end (hour_start + 1 h) is at or before the cutoff;
+        # written on hour_start alone so the (workspace_id, hour_start) index serves it.
+        cur = await conn.execute(
+            f"""
+            DELETE FROM {table} r
+            USING workspaces w
+            WHERE r.workspace_id = w.id
+              AND r.hour_start
+                  <= %(now)s - make_interval(days => w.retention_days) - interval '1 hour'
+            """,
+            {"now": now},
+        )
+        if table == "gpu_hour_rollups":
+            result.gpu_rows = cur.rowcount
+        else:
+            result.user_rows = cur.rowcount
+    if result.gpu_rows or result.user_rows:
+        log.info(
+            "rollup retention: deleted %d GPU-hour and %d user-hour rows",
+            result.gpu_rows,
+            result.user_rows,
+        )
+    return result

@@ -1,0 +1,145 @@
+"""Builders shared by the report and rollup tests (this module holds no tests).
+
+Payloads are built the way released agents send them: 1.8.0 with usageState and
+process types, 1.3.0 without either.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+
+from board.runtime import Runtime
+from board.workspaces import service as workspaces
+from tests.board.helpers import Tenant
+
+_pids = itertools.count(1000)
+_slugs = itertools.count(1)
+
+
+def proc(user: str, ptype: str | None = "compute") -> dict[str, Any]:
+    body: dict[str, Any] = {"pid": next(_pids), "linuxUser": user, "name": "python"}
+    if ptype is not None:
+        body["type"] = ptype
+    body["memoryUsedMb"] = 1000
+    return body
+
+
+def gpu(
+    index: int,
+    *,
+    util: int = 0,
+    state: str | None = None,
+    procs: list[dict[str, Any]] | None = None,
+    used: int = 1000,
+    total: int = 10000,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "index": index,
+        "uuid": f"GPU-{index}",
+        "name": "NVIDIA A100",
+        "memoryTotalMb": total,
+        "memoryUsedMb": used,
+        "utilPct": util,
+        "temperatureC": 40,
+        "powerW": 100,
+        "processes": procs or [],
+    }
+    if state is not None:
+        body["usageState"] = state
+    return body
+
+
+def observation(
+    at: datetime, gpus: list[dict[str, Any]], *, agent: str = "1.8.0", status: str = "ok"
+) -> dict[str, Any]:
+    return {
+        "schemaVersion": "availability.snapshot.v1",
+        "collectionStatus": status,
+        "errors": [] if status == "ok" else ["nvml_init_failed"],
+        "observedAt": at.isoformat(),
+        "host": {"hostname": "node", "agentVersion": agent, "driverVersion": "560.35.05"},
+        "gpus": gpus,
+    }
+
+
+def days_ago_midnight(days: int) -> datetime:
+    """A UTC midnight inside the raw retention, so pushes are accepted."""
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return today - timedelta(days=days)
+
+
+async def quick_tenant(app: Any, prefix: str = "rep") -> Tenant:
+    """A workspace with one member per role, without password hashing (fast, for loops)."""
+    runtime: Runtime = app.state.runtime
+    slug = f"{prefix}-{next(_slugs)}"
+    async with runtime.sessions() as session:
+        workspace = await workspaces.create_workspace(session, slug, slug)
+        tokens = {}
+        for role in ("admin", "member", "finance"):
+            member = await workspaces.add_member(
+                session, workspace, f"{role}@{slug}.example", role, None
+            )
+            tokens[role] = member.api_token
+        await session.commit()
+    return Tenant(slug, tokens["admin"], tokens["member"], tokens["finance"])
+
+
+async def set_max_gap(client: httpx.AsyncClient, tenant: Tenant, seconds: int) -> None:
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings",
+        json={"maxSampleGapSeconds": seconds},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+
+
+async def report(
+    client: httpx.AsyncClient, tenant: Tenant, kind: str, role: str = "finance", **params: str
+) -> dict[str, Any]:
+    r = await client.get(
+        f"/api/v1/workspaces/{tenant.slug}/reports/{kind}", params=params, headers=tenant.auth(role)
+    )
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def workspace_id(conn: psycopg.AsyncConnection[Any], slug: str) -> int:
+    cur = await conn.execute("SELECT id FROM workspaces WHERE slug = %s", [slug])
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def rollup_rows(
+    conn: psycopg.AsyncConnection[Any], ws: int
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Both rollup tables of a workspace, row by row; all-zero rows (a credit and its
+    exact un-credit after a re-split) are the same as no row."""
+    cur = await conn.execute(
+        """
+        SELECT gpu_id, hour_start, host_id, covered_us, active_us, idle_held_us, idle_us,
+               util_pct_us, memory_used_mb_us, memory_total_mb_us, sample_count
+        FROM gpu_hour_rollups WHERE workspace_id = %s
+          AND (covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us,
+               memory_total_mb_us, sample_count) <> (0, 0, 0, 0, 0, 0, 0, 0)
+        ORDER BY gpu_id, hour_start
+        """,
+        [ws],
+    )
+    gpu_rows = await cur.fetchall()
+    cur = await conn.execute(
+        """
+        SELECT gpu_id, linux_user, hour_start, host_id, held_us, active_us, idle_held_us
+        FROM user_hour_rollups WHERE workspace_id = %s
+          AND (held_us, active_us, idle_held_us) <> (0, 0, 0)
+        ORDER BY gpu_id, linux_user, hour_start
+        """,
+        [ws],
+    )
+    return gpu_rows, await cur.fetchall()

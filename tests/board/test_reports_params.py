@@ -1,0 +1,173 @@
+"""Report parameters: every bad value is a 422 whose detail says why; DST days are right."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from board.db.urls import libpq_url
+from tests.board.helpers import enroll, push
+from tests.board.test_reports_builders import (
+    days_ago_midnight,
+    gpu,
+    observation,
+    quick_tenant,
+    report,
+    workspace_id,
+)
+
+OK = {"from": "2026-11-01", "to": "2026-11-02"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "reason"),
+    [
+        ("usage", {"from": "2026-13-01", "to": "2026-11-02"}, "not a real date"),
+        ("usage", {"from": "yesterday", "to": "2026-11-02"}, "neither a date"),
+        ("usage", {"from": "2026-11-01T10:30:00Z", "to": "2026-11-02"}, "not on a whole hour"),
+        ("usage", {"from": "2026-11-01T10:00:00.5Z", "to": "2026-11-02"}, "not on a whole hour"),
+        ("usage", {"from": "2026-11-01T10:00:00", "to": "2026-11-02"}, "no UTC offset"),
+        ("usage", {"from": "2026-11-02", "to": "2026-11-01"}, "must be after from"),
+        ("usage", {"from": "2026-11-01", "to": "2026-11-01"}, "must be after from"),
+        ("usage", {"from": "2025-01-01", "to": "2026-03-01"}, "at most 400 days"),
+        ("usage", {"to": "2026-11-01"}, "from is required"),
+        ("usage", {"from": "2026-11-01"}, "to is required"),
+        ("usage", {**OK, "groupBy": "team"}, "groupBy 'team' is unknown"),
+        ("usage", {**OK, "groupBy": "user,user"}, "names a key twice"),
+        ("usage", {**OK, "groupBy": "user,host,day"}, "at most two keys"),
+        ("usage", {**OK, "tz": "Mars/Olympus_Mons"}, "not an IANA time zone"),
+        ("usage", {**OK, "tz": "../../etc/passwd"}, "not an IANA time zone"),
+        ("usage", {**OK, "tz": "Asia/Kolkata"}, "not on a whole UTC hour"),
+        ("usage", {**OK, "format": "xml"}, "format 'xml' is unknown"),
+        (
+            "usage",
+            {
+                "from": "2026-11-01T00:00:00Z",
+                "to": "2026-11-03T00:00:00Z",
+                "tz": "Asia/Kolkata",
+                "groupBy": "day",
+            },
+            "not a whole number of hours",
+        ),
+        ("utilization", {**OK, "groupBy": "user"}, "groupBy 'user' is unknown"),
+        ("utilization", {**OK, "bucket": "week"}, "bucket 'week' is unknown"),
+        ("utilization", {"from": "2026-11-01", "to": "2028-01-01"}, "at most 400 days"),
+        ("utilization", {**OK, "tz": "Nowhere/Land"}, "not an IANA time zone"),
+    ],
+)
+async def test_bad_parameters_are_422_with_a_reason(app, client, kind, params, reason) -> None:
+    tenant = await quick_tenant(app)
+    r = await client.get(
+        f"/api/v1/workspaces/{tenant.slug}/reports/{kind}", params=params, headers=tenant.auth()
+    )
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str)
+    assert reason in detail
+
+
+async def test_accepted_forms_of_from_and_to(app, client) -> None:
+    tenant = await quick_tenant(app)
+    for start, end in [
+        ("2026-11-01T05:00:00Z", "2026-11-01T07:00:00+00:00"),
+        ("2026-11-01T06:00:00+01:00", "2026-11-01T07:00Z"),
+        ("2026-11-01T06:00+01:00", "2026-11-01 08:00:00+00:00"),
+    ]:
+        body = await report(client, tenant, "usage", **{"from": start, "to": end})
+        assert body["from"] == "2026-11-01T05:00:00+00:00"
+    # "+01:00" that was not percent-encoded arrives as a space.
+    r = await client.get(
+        f"/api/v1/workspaces/{tenant.slug}/reports/usage?from=2026-11-01T06:00:00+01:00"
+        "&to=2026-11-02",
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    # A window of exactly 400 days is allowed, also across DST changes in the zone.
+    await report(
+        client, tenant, "usage", **{"from": "2026-01-01", "to": "2027-02-05", "tz": "Europe/Berlin"}
+    )
+
+
+async def _seed_hours(app: Any, client: Any, first: datetime, count: int) -> Any:
+    """One GPU covered for every UTC hour in [first, first + count h): 1 h each, held by dana."""
+    tenant = await quick_tenant(app)
+    host = await enroll(client, tenant)
+    r = await push(client, host["agentToken"], observation(days_ago_midnight(1), [gpu(0)]))
+    assert r.status_code == 202
+    url = libpq_url(app.state.runtime.database_url)
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        ws = await workspace_id(conn, tenant.slug)
+        cur = await conn.execute("SELECT id, host_id FROM gpus WHERE workspace_id = %s", [ws])
+        gpu_id, host_id = (await cur.fetchone()) or (0, 0)
+        hours = [first + timedelta(hours=i) for i in range(count)]
+        await conn.execute(
+            """
+            INSERT INTO gpu_hour_rollups (workspace_id, gpu_id, hour_start, host_id, covered_us,
+                active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us,
+                memory_total_mb_us, sample_count)
+            SELECT %s, %s, h, %s, 3600000000, 3600000000, 0, 0, 50 * 3600000000::bigint,
+                   0, 3600000000, 120
+            FROM unnest(%s::timestamptz[]) AS h
+            """,
+            [ws, gpu_id, host_id, hours],
+        )
+        await conn.execute(
+            """
+            INSERT INTO user_hour_rollups (workspace_id, gpu_id, linux_user, hour_start, host_id,
+                held_us, active_us, idle_held_us)
+            SELECT %s, %s, 'dana', h, %s, 3600000000, 3600000000, 0
+            FROM unnest(%s::timestamptz[]) AS h
+            """,
+            [ws, gpu_id, host_id, hours],
+        )
+        await conn.commit()
+    return tenant
+
+
+async def test_day_buckets_follow_dst_in_the_zone(app, client) -> None:
+    # 2026-03-08 (23 h) and 2026-11-01 (25 h) in America/New_York; seed 2026-03-07..03-10
+    # and 2026-10-31..11-03 in UTC hours, every hour covered.
+    spring = await _seed_hours(app, client, datetime(2026, 3, 7, tzinfo=UTC), 4 * 24)
+    body = await report(
+        client,
+        spring,
+        "usage",
+        **{"from": "2026-03-08", "to": "2026-03-10", "groupBy": "day", "tz": "America/New_York"},
+    )
+    assert [(r["day"], r["heldGpuHours"]) for r in body["rows"]] == [
+        ("2026-03-08", 23.0),
+        ("2026-03-09", 24.0),
+    ]
+    assert body["from"] == "2026-03-08T00:00:00-05:00"
+    assert body["to"] == "2026-03-10T00:00:00-04:00"
+
+    autumn = await _seed_hours(app, client, datetime(2026, 10, 31, tzinfo=UTC), 4 * 24)
+    util = await report(
+        client,
+        autumn,
+        "utilization",
+        **{"from": "2026-11-01", "to": "2026-11-03", "bucket": "day", "tz": "America/New_York"},
+    )
+    assert [(r["bucketStart"], r["coveredHours"], r["avgUtilPct"]) for r in util["rows"]] == [
+        ("2026-11-01T00:00:00-04:00", 25.0, 50.0),
+        ("2026-11-02T00:00:00-05:00", 24.0, 50.0),
+    ]
+    hourly = await report(
+        client,
+        autumn,
+        "utilization",
+        **{
+            "from": "2026-11-01T05:00:00Z",
+            "to": "2026-11-01T07:00:00Z",
+            "bucket": "hour",
+            "tz": "America/New_York",
+        },
+    )
+    # The repeated 01:00 local hour: two buckets, in time order.
+    assert [r["bucketStart"] for r in hourly["rows"]] == [
+        "2026-11-01T01:00:00-04:00",
+        "2026-11-01T01:00:00-05:00",
+    ]
