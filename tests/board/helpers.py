@@ -50,14 +50,15 @@ class Tenant:
         return {"Authorization": f"Bearer {token}"}
 
 
-async def make_tenant(app: Any, slug: str) -> Tenant:
+async def make_tenant(app: Any, slug: str, password: str | None = None) -> Tenant:
+    """A workspace with an admin, a member and a finance user (passwords are slow: opt in)."""
     runtime: Runtime = app.state.runtime
     async with runtime.sessions() as session:
         workspace = await workspaces.create_workspace(session, slug, slug.title())
         tokens = {}
         for role in ("admin", "member", "finance"):
             member = await workspaces.add_member(
-                session, workspace, f"{role}@{slug}.example", role, "correct-horse-battery"
+                session, workspace, f"{role}@{slug}.example", role, password
             )
             tokens[role] = member.api_token
         await session.commit()
