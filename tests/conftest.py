@@ -124,3 +124,16 @@ async def client(app: object) -> AsyncIterator[object]:
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
         yield c
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cheap_argon2() -> Iterator[None]:
+    """Real argon2id hashes, with the cost turned down: tests create many users."""
+    from argon2 import PasswordHasher
+
+    from board.auth import passwords
+
+    original = passwords._hasher
+    passwords._hasher = PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1)
+    yield
+    passwords._hasher = original

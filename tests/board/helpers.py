@@ -50,8 +50,10 @@ class Tenant:
         return {"Authorization": f"Bearer {token}"}
 
 
-async def make_tenant(app: Any, slug: str, password: str | None = None) -> Tenant:
-    """A workspace with an admin, a member and a finance user (passwords are slow: opt in)."""
+async def make_tenant(
+    app: Any, slug: str, password: str | None = "correct-horse-battery"
+) -> Tenant:
+    """A workspace with an admin, a member and a finance user, all with the same password."""
     runtime: Runtime = app.state.runtime
     async with runtime.sessions() as session:
         workspace = await workspaces.create_workspace(session, slug, slug.title())
