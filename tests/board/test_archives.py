@@ -481,3 +481,21 @@ async def test_revoked_elsewhere_is_refused(app: Any, client: httpx.AsyncClient)
     r = await upload(client, host, "gpu_device", "_full", device_table())
     assert r.status_code == 401
     assert (await client.get("/agent/v1/archives", headers=bearer(host))).status_code == 401
+
+
+async def test_live_pushes_after_the_backfill_change_nothing(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Order does not matter: the archive first, then the same ticks pushed live (late)."""
+    tenant = await make_tenant(app, "acme")
+    reference = await enroll(client, tenant, "reference")
+    host = await enroll(client, tenant, "host")
+    ticks = make_ticks(yesterday() + timedelta(hours=7), n=40)
+    await push_all(client, reference, ticks)
+    await push_all(client, host, ticks[:1])
+    await upload_day(client, host, ticks[:25])
+    job = await backfill_of(client, tenant, host, ticks[0].ts.date().isoformat())
+    assert job["added"] == 24
+    await push_all(client, host, ticks[5:])  # 20 repeats, 15 new
+    assert await observation_count(app, host) == len(ticks)
+    assert await rollups(app, host) == await rollups(app, reference)
