@@ -108,9 +108,11 @@ class Demo:
     hosts: list[SimHost]
     interval: float
     client: httpx.AsyncClient
+    runtime: Runtime | None = None
     pushed: int = 0
     failures: list[str] = field(default_factory=list)
     paused: bool = False
+    backfilled: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def push(self, host: SimHost, at: datetime) -> httpx.Response:
         response = await self.client.post(
@@ -131,10 +133,10 @@ class Demo:
         now = datetime.now(UTC)
         await asyncio.gather(*(self.push(h, now) for h in self.hosts if h.pushes_live()))
 
-    async def backfill(self, concurrency: int = 4) -> None:
+    async def backfill(self, span: timedelta = BACKFILL, concurrency: int = 4) -> None:
         """The last hours at whole minutes: data for charts and reports; a rerun dedupes."""
         now = datetime.now(UTC)
-        start = (now - BACKFILL).replace(second=0, microsecond=0)
+        start = (now - span).replace(second=0, microsecond=0)
         queue: asyncio.Queue[tuple[SimHost, datetime]] = asyncio.Queue()
         for host in self.hosts:
             end = host.history_end(now)
@@ -149,6 +151,7 @@ class Demo:
                 await self.push(host, at)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+        self.backfilled.set()
 
     async def simulate(self) -> None:
         """Push every host's fake telemetry every `interval` seconds until cancelled."""
@@ -277,7 +280,7 @@ async def start_demo(
             "hosts": {h.name: {"hostId": h.host_id, "agentToken": h.agent_token} for h in hosts},
         },
     )
-    demo = Demo(base_url, SLUG, password, hosts, interval, client)
+    demo = Demo(base_url, SLUG, password, hosts, interval, client, runtime=app_runtime)
     await demo.tick()
     for host in hosts:
         # A stale host's last word first, so it shows stale (not never) from the start.
@@ -308,6 +311,7 @@ async def serve_demo(
     n_hosts: int,
     interval: float,
     on_ready: Callable[[Demo], Awaitable[None] | None] | None = None,
+    backfill: timedelta = BACKFILL,
 ) -> None:
     """Run the board (uvicorn, in this process) and the simulated hosts until stopped."""
     app = create_app(settings)
@@ -323,18 +327,23 @@ async def serve_demo(
     shown_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     url = f"http://{shown_host}:{bound}"
     tasks: list[asyncio.Task[None]] = []
+    demo: Demo | None = None
     try:
         demo = await start_demo(app.state.runtime, settings, url, n_hosts, interval)
-        tasks = [asyncio.create_task(demo.simulate()), asyncio.create_task(demo.backfill())]
+        tasks = [asyncio.create_task(demo.simulate()), asyncio.create_task(demo.backfill(backfill))]
         if on_ready is not None:
             result = on_ready(demo)
             if result is not None:
                 await result
-        await serving
+        # Shielded: cancelling the demo must stop the server gracefully (below), not
+        # cancel it mid-shutdown.
+        await asyncio.shield(serving)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if demo is not None:
+            await demo.client.aclose()
         server.should_exit = True
         await asyncio.gather(serving, return_exceptions=True)
 

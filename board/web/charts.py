@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 # Plot area inside a viewBox of WIDTH x HEIGHT; room on the left and below for labels.
-WIDTH = 640
+WIDTH = 480
 HEIGHT = 220
-LEFT = 44
+LEFT = 48
 RIGHT = 12
 TOP = 12
 BOTTOM = 30

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 import httpx
 
 PASSWORD = "correct-horse-battery"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+WIDTHS = (1280, 390)
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -30,3 +34,23 @@ async def sign_in(
             "next": next,
         },
     )
+
+
+async def browser_sign_in(page: Any, demo: Any, email: str, password: str | None = None) -> None:
+    await page.goto(f"{demo.url}/signin")
+    await page.fill("#email", email)
+    await page.fill("#password", password or demo.password)
+    await page.click("form button[type=submit]")
+    await page.wait_for_url(re.compile(r".*/w/demo/$"))
+
+
+async def screenshots(page: Any, name: str) -> None:
+    """docs/screenshots/<name>-<width>.png at every width, the whole page."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for width in WIDTHS:
+        await page.set_viewport_size({"width": width, "height": 900})
+        await page.wait_for_timeout(300)
+        scroll = await page.evaluate("document.documentElement.scrollWidth")
+        assert scroll <= width, f"{name} scrolls sideways at {width}px ({scroll}px wide)"
+        await page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+    await page.set_viewport_size({"width": WIDTHS[0], "height": 900})
