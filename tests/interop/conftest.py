@@ -100,8 +100,10 @@ def clean_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def start_board(database_url: str, data_dir: Path, workers: int = 1) -> LiveBoard:
-    port = free_port()
+def start_board(
+    database_url: str, data_dir: Path, workers: int = 1, port: int | None = None
+) -> LiveBoard:
+    port = port or free_port()
     env = clean_env({"GUA_BOARD_DATABASE_URL": database_url, "GUA_BOARD_DATA_DIR": str(data_dir)})
     log = data_dir / f"board-{port}.log"
     data_dir.mkdir(parents=True, exist_ok=True)
