@@ -92,6 +92,9 @@ class SimHost:
     def pushes_live(self) -> bool:
         return self.role in ("ok", "partial", "error")
 
+    def streams(self) -> bool:
+        return self.role in ("ok", "partial")
+
     def history_end(self, now: datetime) -> datetime | None:
         if self.role == "never":
             return None
@@ -152,6 +155,34 @@ class Demo:
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         self.backfilled.set()
+
+    async def stream(self, host: SimHost) -> None:
+        """What agents 1.6+ do beside the pushes: one utilization message a second."""
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import WebSocketException
+
+        url = self.url.replace("http://", "ws://", 1) + "/agent/v1/stream"
+        headers = {"Authorization": f"Bearer {host.agent_token}"}
+        while True:
+            try:
+                async with connect(url, additional_headers=headers) as ws:
+                    while True:
+                        if not self.paused:
+                            now = datetime.now(UTC)
+                            gpus = [
+                                {
+                                    "deviceUuid": g.uuid,
+                                    "utilPct": g.util_pct,
+                                    "memUsedMb": g.memory_used_mb,
+                                }
+                                for g in host.fake.collect(now).gpus
+                            ]
+                            message = {"type": "util", "ts": now.timestamp(), "gpus": gpus}
+                            await ws.send(json.dumps(message))
+                        await asyncio.sleep(1)
+            except (OSError, WebSocketException) as exc:
+                log.info("demo stream of %s dropped (%s); reconnecting", host.name, exc)
+                await asyncio.sleep(5)
 
     async def simulate(self) -> None:
         """Push every host's fake telemetry every `interval` seconds until cancelled."""
@@ -315,7 +346,15 @@ async def serve_demo(
 ) -> None:
     """Run the board (uvicorn, in this process) and the simulated hosts until stopped."""
     app = create_app(settings)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    # Open live streams (SSE) never finish on their own: give them 2 s on shutdown.
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
     while not server.started:
@@ -331,6 +370,7 @@ async def serve_demo(
     try:
         demo = await start_demo(app.state.runtime, settings, url, n_hosts, interval)
         tasks = [asyncio.create_task(demo.simulate()), asyncio.create_task(demo.backfill(backfill))]
+        tasks += [asyncio.create_task(demo.stream(h)) for h in demo.hosts if h.streams()]
         if on_ready is not None:
             result = on_ready(demo)
             if result is not None:

@@ -11,7 +11,8 @@ from fastapi.responses import JSONResponse
 from board.hosts import service as hosts
 from board.reports import service as reports
 from board.reports.params import parse_window
-from board.runtime import SessionDep
+from board.runtime import RuntimeDep, SessionDep
+from board.stream.routes import sse_response
 from board.web.charts import percent_chart
 from board.web.deps import Page, PageDep, report_connection
 from board.web.fleet import CARD_STATES, build_fleet, host_cards
@@ -134,3 +135,15 @@ async def host_page(request: Request, host_id: str, page: PageDep, db: SessionDe
     context.update(await _history(db, page, context["host"]["hostId"]))
     context.update(nav="fleet", refresh_seconds=REFRESH_SECONDS, chart_hours=CHART_HOURS)
     return render(request, "host.html", context)
+
+
+@router.get("/hosts/{host_id}/stream")
+async def host_stream(
+    request: Request, host_id: str, page: PageDep, db: SessionDep, runtime: RuntimeDep
+) -> Response:
+    """The host's live utilization (agents 1.6+ stream it) as Server-Sent Events."""
+    page.ctx.require("admin", "member")  # as the REST stream: live graphs are not finance's
+    host = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
+    # A page may listen for hours: give the database connection back first.
+    await db.commit()
+    return finish(request, sse_response(runtime.stream, page.ctx.workspace_id, str(host.public_id)))

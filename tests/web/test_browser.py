@@ -259,4 +259,8 @@ async def test_host_page_chart_processes_and_rejected_pushes(demo, page) -> None
         '[data-fragment="gpus"]'
     )
     await page.wait_for_selector("[data-live-target] svg polyline", timeout=15_000)
+    # The demo's hosts stream utilization every second, as agents 1.6+ do: relayed live.
+    await expect(page.locator("[data-live-note]")).to_have_text(
+        "(streamed by the agent, every second)", timeout=15_000
+    )
     await screenshots(page, "host")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from board.web import admin_routes, fleet_routes, usage_routes
 from tests.board.helpers import enroll, example, make_tenant, push, retimed
 from tests.web.helpers import PASSWORD, csrf_of, sign_in
 
@@ -117,3 +118,33 @@ async def test_finance_sees_usage_not_admin_nor_processes(app, client) -> None:
     assert (await client.get("/w/acme/usage.csv")).status_code == 200
     fleet = await client.get("/w/acme/fleet.json")
     assert "Held by" not in fleet.json()["fragments"]["hosts"]
+
+
+async def test_every_page_route_of_another_workspace_is_404(app, client) -> None:
+    """Walks every /w/{slug} route, forms included (with a valid CSRF token)."""
+    await make_tenant(app, "acme")
+    other = await make_tenant(app, "globex")
+    host = await enroll(client, other, "globex-box")
+    await sign_in(client, "admin@acme.example")
+    csrf = csrf_of((await client.get("/w/acme/admin")).text)
+    routers = (fleet_routes.router, usage_routes.router, admin_routes.router)
+    routes = [
+        (method, route.path)
+        for router in routers
+        for route in router.routes
+        for method in sorted(getattr(route, "methods", ()) or ())
+        if method != "HEAD"
+    ]
+    assert len(routes) >= 12
+    for method, template in routes:
+        path = (
+            template.replace("{slug}", "globex")
+            .replace("{host_id}", host["hostId"])
+            .replace("{prefix}", "gua_enroll_00000000")
+        )
+        if method == "GET":
+            r = await client.get(path)
+        else:
+            r = await client.post(path, data={"csrf_token": csrf, "email": "x@y.example"})
+        assert r.status_code == 404, (method, template, r.status_code)
+        assert "globex-box" not in r.text

@@ -148,19 +148,46 @@
       target.replaceChildren(svg, legend);
     }
 
+    const labels = new Map(); // GPU uuid -> "GPU <index>", from the snapshots
+    let streaming = false;
+
+    function add(label, t, util) {
+      const points = series.get(label) || [];
+      points.push({ t: t, util: util });
+      while (points.length > KEEP) points.shift();
+      series.set(label, points);
+    }
+
     root.addEventListener("board:update", function (event) {
       const data = event.detail || {};
       const t = Date.parse(data.generatedAt || "") || Date.now();
       (data.gpus || []).forEach(function (gpu) {
-        if (gpu.state === "not_observed" || gpu.utilPct === null) return;
-        const label = "GPU " + gpu.index;
-        const points = series.get(label) || [];
-        points.push({ t: t, util: gpu.utilPct });
-        while (points.length > KEEP) points.shift();
-        series.set(label, points);
+        labels.set(gpu.uuid, "GPU " + gpu.index);
+        // Once the agent's 1-second stream arrives, the snapshots only name the GPUs.
+        if (streaming || gpu.state === "not_observed" || gpu.utilPct === null) return;
+        add("GPU " + gpu.index, t, gpu.utilPct);
       });
-      draw();
+      if (!streaming) draw();
     });
+
+    // Agents 1.6+ stream utilization every second; the board relays it as SSE.
+    if (section.dataset.stream && window.EventSource) {
+      const source = new EventSource(section.dataset.stream);
+      source.addEventListener("util", function (event) {
+        const sample = JSON.parse(event.data);
+        if (!streaming) {
+          streaming = true;
+          series.clear();
+          const note = section.querySelector("[data-live-note]");
+          if (note) note.textContent = "(streamed by the agent, every second)";
+        }
+        (sample.gpus || []).forEach(function (gpu) {
+          add(labels.get(gpu.uuid) || gpu.uuid, sample.ts * 1000, gpu.utilPct);
+        });
+        draw();
+      });
+      window.addEventListener("pagehide", function () { source.close(); });
+    }
   }
 
   onReady(function () {
