@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import psutil
+import psutil  # type: ignore[import-untyped]
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse

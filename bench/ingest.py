@@ -51,7 +51,7 @@ def _sniffio_shim() -> None:
     load generator, not the board, the bottleneck. We only ever run under asyncio.
     """
     try:
-        import sniffio  # noqa: F401
+        import sniffio  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         import types
 
@@ -359,7 +359,7 @@ async def generate_load(
 def _pg_procs(database_url: str | None) -> dict[int, Any]:
     if database_url is None:
         return {}
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     procs: dict[int, Any] = {}
     for pid in backend_pids(database_url):
