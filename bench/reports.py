@@ -1,0 +1,315 @@
+"""Reports benchmark: a synthetic fleet's hourly rollups, the report queries timed.
+
+    .venv/bin/python bench/reports.py [--repeat 15] [--days 90] [--keep]
+
+What it does:
+1. creates a scratch database (gua_bench_reports_<hex>) on GUA_BOARD_DATABASE_URL's server,
+   else on the local PostgreSQL, and migrates it;
+2. creates one workspace with 125 hosts of 8 GPUs (1,000 GPUs) and COPYs --days days of
+   hourly rollups straight into gpu_hour_rollups (one row per GPU and hour) and
+   user_hour_rollups (20 Linux users; a GPU-hour is held by nobody, one user or two);
+   then VACUUM ANALYZE, as autovacuum would have done on a live board;
+3. times, through the service functions and through the ASGI app (auth, JSON encoding
+   and all): usage groupBy=user over 30 and 90 days, utilization groupBy=gpu bucket=day
+   over 90 days; prints median and p95 over --repeat calls after one warm-up call;
+4. drops the scratch database (unless --keep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from board.app import create_app  # noqa: E402
+from board.db.migrate import upgrade  # noqa: E402
+from board.reports import params, service  # noqa: E402
+from board.settings import Settings  # noqa: E402
+
+HOSTS = 125
+GPUS_PER_HOST = 8
+USERS = [f"user{i:02d}" for i in range(20)]
+HOUR_US = 3_600_000_000
+
+
+def server_url() -> str:
+    configured = os.environ.get("GUA_BOARD_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432"
+    parts = urlsplit(configured.replace("postgresql+psycopg://", "postgresql://"))
+    return urlunsplit(("postgresql", parts.netloc, "/postgres", parts.query, ""))
+
+
+def with_db(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
+
+
+GPU_COPY = (
+    "COPY gpu_hour_rollups (workspace_id, gpu_id, hour_start, host_id, covered_us, active_us, "
+    "idle_held_us, idle_us, util_pct_us, memory_used_mb_us, memory_total_mb_us, sample_count) "
+    "FROM STDIN"
+)
+USER_COPY = (
+    "COPY user_hour_rollups (workspace_id, gpu_id, linux_user, hour_start, host_id, held_us, "
+    "active_us, idle_held_us) FROM STDIN"
+)
+
+
+def fleet_lines(
+    workspace_id: int, gpu_ids: list[tuple[int, int]], days: int, end: datetime, table: int
+) -> Iterator[str]:
+    """COPY lines of one table (0: GPU-hours, 1: user-hours); same seed, same fleet."""
+    rng = random.Random(42)
+    start = end - timedelta(days=days)
+    stamps = [(start + timedelta(hours=i)).isoformat() for i in range(days * 24)]
+    for gpu_id, host_id in gpu_ids:
+        owner = rng.choice(USERS)
+        for stamp in stamps:
+            held = rng.random() < 0.75
+            active = rng.randrange(0, HOUR_US) if held else 0
+            idle_held = HOUR_US - active if held else 0
+            util = rng.randrange(0, 100)
+            users = sorted({owner} if rng.random() < 0.9 else {owner, rng.choice(USERS)})
+            if rng.random() < 0.002:
+                owner = rng.choice(USERS)  # jobs change hands now and then
+            if table == 0:
+                yield (
+                    f"{workspace_id}\t{gpu_id}\t{stamp}\t{host_id}\t{HOUR_US}\t{active}\t"
+                    f"{idle_held}\t{0 if held else HOUR_US}\t{util * HOUR_US}\t"
+                    f"{40000 * HOUR_US}\t{81559 * HOUR_US}\t120"
+                )
+            elif held:
+                k = len(users)
+                for user in users:
+                    yield (
+                        f"{workspace_id}\t{gpu_id}\t{user}\t{stamp}\t{host_id}\t"
+                        f"{HOUR_US // k}\t{active // k}\t{idle_held // k}"
+                    )
+
+
+def copy_rows(conn: psycopg.Connection[Any], statement: str, lines: Iterator[str]) -> int:
+    count = 0
+    with conn.cursor() as cur, cur.copy(statement) as copy:
+        chunk: list[str] = []
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) == 50_000:
+                copy.write(("\n".join(chunk) + "\n").encode())
+                count += len(chunk)
+                chunk = []
+        if chunk:
+            copy.write(("\n".join(chunk) + "\n").encode())
+            count += len(chunk)
+    conn.commit()
+    return count
+
+
+def load_fleet(url: str, days: int, end: datetime) -> tuple[int, int, int]:
+    """The workspace, hosts, GPUs and rollups; returns (workspace_id, gpu rows, user rows)."""
+    with psycopg.connect(url) as conn:
+        ws = conn.execute(
+            "INSERT INTO workspaces (slug, name) VALUES ('bench', 'Bench') RETURNING id"
+        ).fetchone()
+        assert ws is not None
+        workspace_id = int(ws[0])
+        gpu_ids: list[tuple[int, int]] = []
+        for h in range(HOSTS):
+            row = conn.execute(
+                "INSERT INTO hosts (workspace_id, public_id, display_name, hostname, "
+                "agent_token_hash, agent_token_prefix) VALUES (%s, %s, %s, %s, %s, %s) "
+                "RETURNING id",
+                [
+                    workspace_id,
+                    uuid.uuid4(),
+                    f"node-{h:03d}",
+                    f"node-{h:03d}",
+                    secrets.token_bytes(32),
+                    "gua_agent_x",
+                ],
+            ).fetchone()
+            assert row is not None
+            host_id = int(row[0])
+            for i in range(GPUS_PER_HOST):
+                g = conn.execute(
+                    "INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, "
+                    "memory_total_mb) VALUES (%s, %s, %s, %s, 'NVIDIA H100', 81559) RETURNING id",
+                    [workspace_id, host_id, f"GPU-{h:03d}-{i}", i],
+                ).fetchone()
+                assert g is not None
+                gpu_ids.append((int(g[0]), host_id))
+        conn.commit()
+
+        gpu_rows = copy_rows(conn, GPU_COPY, fleet_lines(workspace_id, gpu_ids, days, end, 0))
+        user_rows = copy_rows(conn, USER_COPY, fleet_lines(workspace_id, gpu_ids, days, end, 1))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE gpu_hour_rollups")
+        conn.execute("VACUUM ANALYZE user_hour_rollups")
+    return workspace_id, gpu_rows, user_rows
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], repeat: int) -> tuple[float, float, Any]:
+    result = await fn()  # warm-up: plans, caches
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = await fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    samples.sort()
+    p95 = samples[min(len(samples) - 1, round(0.95 * (len(samples) - 1)))]
+    return statistics.median(samples), p95, result
+
+
+async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> list[list[str]]:
+    day = end.date()
+    windows = {
+        30: params.parse_window((day - timedelta(days=30)).isoformat(), day.isoformat(), None),
+        90: params.parse_window((day - timedelta(days=90)).isoformat(), day.isoformat(), None),
+    }
+    cases: list[tuple[str, dict[str, str], Callable[[psycopg.AsyncConnection[Any]], Any]]] = [
+        (
+            "usage groupBy=user, 30 days",
+            {"groupBy": "user"},
+            lambda c: service.usage_report(c, workspace_id, windows[30], ("user",)),
+        ),
+        (
+            "usage groupBy=user, 90 days",
+            {"groupBy": "user"},
+            lambda c: service.usage_report(c, workspace_id, windows[90], ("user",)),
+        ),
+        (
+            "utilization groupBy=gpu bucket=day, 90 days",
+            {"groupBy": "gpu", "bucket": "day"},
+            lambda c: service.utilization_report(c, workspace_id, windows[90], "gpu", "day"),
+        ),
+    ]
+    spans = [30, 90, 90]
+    table: list[list[str]] = []
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        for (name, _, call), _span in zip(cases, spans, strict=True):
+
+            async def run(call: Any = call) -> Any:
+                report = await call(conn)
+                await conn.commit()
+                return report
+
+            median, p95, report = await timed(run, repeat)
+
+            async def run_json(call: Any = call) -> Any:
+                report = await call(conn)
+                await conn.commit()
+                return json.dumps(report.as_json(), separators=(",", ":"))
+
+            jmedian, jp95, _ = await timed(run_json, repeat)
+            table.append(
+                [
+                    name,
+                    str(len(report.rows)),
+                    f"{median:.0f}",
+                    f"{p95:.0f}",
+                    f"{jmedian:.0f}",
+                    f"{jp95:.0f}",
+                ]
+            )
+
+    # Through the ASGI app: auth, the route, JSON encoding.
+    from board.workspaces import service as workspaces
+
+    app = create_app(Settings(database_url=url), run_maintenance=False)
+    async with app.router.lifespan_context(app):
+        async with app.state.runtime.sessions() as session:
+            ws = await workspaces.get_workspace(session, "bench")
+            member = await workspaces.add_member(
+                session, ws, "finance@bench.example", "finance", None
+            )
+            await session.commit()
+        headers = {"Authorization": f"Bearer {member.api_token}"}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            for row, (name, query, _), span in zip(table, cases, spans, strict=True):
+                kind = "usage" if name.startswith("usage") else "utilization"
+                q = {
+                    "from": (day - timedelta(days=span)).isoformat(),
+                    "to": day.isoformat(),
+                    **query,
+                }
+
+                async def get(kind: str = kind, q: dict[str, str] = q) -> int:
+                    r = await client.get(
+                        f"/api/v1/workspaces/bench/reports/{kind}", params=q, headers=headers
+                    )
+                    assert r.status_code == 200, r.text
+                    return len(r.content)
+
+                median, p95, size = await timed(get, repeat)
+                row += [f"{median:.0f}", f"{p95:.0f}", f"{size / 1024:.0f} KiB"]
+    return table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--days", type=int, default=90)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args()
+
+    admin = server_url()
+    name = f"gua_bench_reports_{secrets.token_hex(4)}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = with_db(admin, name)
+    try:
+        upgrade(url)
+        end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        t0 = time.perf_counter()
+        workspace_id, gpu_rows, user_rows = load_fleet(url, args.days, end)
+        print(
+            f"loaded {HOSTS} hosts, {HOSTS * GPUS_PER_HOST} GPUs, {args.days} days: "
+            f"{gpu_rows:,} GPU-hour rows, {user_rows:,} user-hour rows "
+            f"in {time.perf_counter() - t0:.0f} s"
+        )
+        table = asyncio.run(measure(url, workspace_id, end, args.repeat))
+        header = [
+            "report",
+            "rows",
+            "service p50 ms",
+            "service p95 ms",
+            "+JSON p50 ms",
+            "+JSON p95 ms",
+            "ASGI p50 ms",
+            "ASGI p95 ms",
+            "body",
+        ]
+        print("| " + " | ".join(header) + " |")
+        print("|" + " --- |" * len(header))
+        for row in table:
+            print("| " + " | ".join(row) + " |")
+    finally:
+        if args.keep:
+            print(f"kept database {name}")
+        else:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
