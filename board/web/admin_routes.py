@@ -40,8 +40,7 @@ async def _admin_page(
     status_code: int = 200,
     **extra: Any,
 ) -> Response:
-    # Loaded again: after a rolled-back change the session's copy is expired.
-    workspace = await workspaces.get_workspace(db, page.slug)
+    workspace = page.ctx.workspace
     now = datetime.now(UTC)
     tokens = [
         {
@@ -87,8 +86,10 @@ async def admin_page(
 async def _failed(
     request: Request, page: Page, db: SessionDep, runtime: RuntimeDep, exc: DomainError, **kw: Any
 ) -> Response:
-    # Nothing of a refused change may be committed by the request's session.
+    # Nothing of a refused change may be committed by the request's session; the
+    # rollback expires the workspace row, which the page reads again.
     await db.rollback()
+    await db.refresh(page.ctx.workspace)
     return await _admin_page(
         request, page, db, runtime, status_code=exc.status_code, error=exc.detail, **kw
     )

@@ -148,3 +148,46 @@ async def test_every_page_route_of_another_workspace_is_404(app, client) -> None
             r = await client.post(path, data={"csrf_token": csrf, "email": "x@y.example"})
         assert r.status_code == 404, (method, template, r.status_code)
         assert "globex-box" not in r.text
+
+
+async def test_admin_forms_change_settings_and_members(app, client) -> None:
+    await make_tenant(app, "acme")
+    await sign_in(client, "admin@acme.example")
+    csrf = csrf_of((await client.get("/w/acme/admin")).text)
+    form = {
+        "csrf_token": csrf,
+        "maxSampleGapSeconds": "300",
+        "staleAfterSeconds": "0",
+        "timezone": "Europe/Berlin",
+        "retentionDays": "400",
+    }
+    refused = await client.post("/w/acme/admin/settings", data=form)
+    assert refused.status_code == 422
+    assert "staleAfterSeconds must be a whole number from 1 to 86400." in refused.text
+    assert 'name="maxSampleGapSeconds" inputmode="numeric" value="120"' in refused.text
+    saved = await client.post("/w/acme/admin/settings", data=form | {"staleAfterSeconds": "600"})
+    assert saved.status_code == 303
+    page = (await client.get(saved.headers["location"])).text
+    assert "Workspace settings saved." in page
+    assert 'value="Europe/Berlin"' in page
+
+    bad_token = await client.post(
+        "/w/acme/admin/enrollment-tokens", data={"csrf_token": csrf, "expires_in_hours": "abc"}
+    )
+    assert bad_token.status_code == 422
+    assert "expiresInHours must be more than 0" in bad_token.text
+
+    added = await client.post(
+        "/w/acme/admin/members",
+        data={
+            "csrf_token": csrf,
+            "email": "Lead@Acme.example",
+            "role": "member",
+            "password": "a-long-password",
+        },
+    )
+    assert added.status_code == 201
+    assert "gua_pat_" in added.text  # shown once
+    await client.post("/signout", data={"csrf_token": csrf})
+    assert (await sign_in(client, "lead@acme.example", "a-long-password")).status_code == 303
+    assert (await client.get("/w/acme/admin")).status_code == 403
