@@ -12,6 +12,7 @@ import re
 import zoneinfo
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import cached_property
 
 from board.errors import Unprocessable
 
@@ -28,6 +29,7 @@ _TIME = re.compile(
 # "+01:00" in a query string that was not percent-encoded arrives as " 01:00".
 _UNENCODED_PLUS = re.compile(r"^(?P<time>.+T[\d:.]+) (?P<offset>\d{2}(:?\d{2})?)$")
 HOUR = timedelta(hours=1)
+_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Universal", "Zulu", "Etc/Zulu"})
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,36 @@ class Window:
     def day_start(self, day: date) -> datetime:
         """The first instant of a local date (midnight, or the end of a DST jump over it)."""
         return datetime(day.year, day.month, day.day, tzinfo=self.tz)
+
+    @cached_property
+    def changes(self) -> list[tuple[datetime, timedelta]]:
+        """The zone's UTC offset at the start and at every hour of the window it changes."""
+        if self.tz_name in _UTC_NAMES:
+            return [(self.start, timedelta(0))]
+        found: list[tuple[datetime, timedelta]] = []
+        moment = self.start
+        while moment < self.end:
+            offset = moment.astimezone(self.tz).utcoffset() or timedelta(0)
+            if not found or found[-1][1] != offset:
+                found.append((moment, offset))
+            moment += HOUR
+        return found
+
+    def days_are_utc_days(self) -> bool:
+        """Whether a local day in this window is exactly a UTC day (offset 0 throughout)."""
+        return all(offset == timedelta(0) for _, offset in self.changes)
+
+    def whole_utc_days(self, day_keyed: bool) -> tuple[datetime, datetime]:
+        """[d0, d1): the whole UTC days inside the window that day rollups may serve.
+
+        Empty (d0 == d1) when the report cuts local days that are not UTC days.
+        """
+        if day_keyed and not self.days_are_utc_days():
+            return self.start, self.start
+        first = self.start.replace(hour=0)
+        d0 = first if first == self.start else first + timedelta(days=1)
+        d1 = self.end.replace(hour=0)
+        return (d0, d1) if d0 < d1 else (self.start, self.start)
 
 
 def parse_zone(name: str | None) -> tuple[str, zoneinfo.ZoneInfo]:
@@ -125,18 +157,13 @@ def parse_window(from_: str | None, to: str | None, tz: str | None) -> Window:
 
 def require_whole_hour_days(window: Window) -> None:
     """Day buckets need every local midnight in the window on a UTC hour boundary."""
-    if window.tz_name in ("UTC", "Etc/UTC"):
-        return
-    moment = window.start
-    while moment < window.end:
-        offset = moment.astimezone(window.tz).utcoffset()
-        if offset is not None and offset.total_seconds() % 3600:
+    for moment, offset in window.changes:
+        if offset.total_seconds() % 3600:
             raise Unprocessable(
                 f"{window.tz_name} is {offset} from UTC at {moment.isoformat()}; rollups are "
                 "kept per UTC hour, so days in a zone whose offset is not a whole number of "
                 "hours cannot be cut exactly. Use a whole-hour zone or group by hour."
             )
-        moment += HOUR
 
 
 def parse_usage_group(value: str | None) -> tuple[str, ...]:

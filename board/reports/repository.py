@@ -1,8 +1,8 @@
 """The report SQL: rollup tables only (plus hosts and gpus for names), one workspace each.
 
-Every statement is scoped by workspace_id and the UTC-hour window, which the
-(workspace_id, hour_start) indexes serve. Key expressions come from the fixed table
-below, never from the request, so building the GROUP BY list is safe.
+Every statement is scoped by workspace_id and the window, which the (workspace_id,
+hour_start) and (workspace_id, day_start) indexes serve. Key expressions come from the
+fixed table below, never from the request, so building the GROUP BY list is safe.
 """
 
 from __future__ import annotations
@@ -14,25 +14,64 @@ from typing import Any
 
 import psycopg
 
-# The SQL behind each grouping column; `day` is the local date a UTC hour starts on.
+# The SQL behind each grouping column; `day` is the local date a bucket starts on.
 _EXPRESSIONS = {
     "linux_user": "linux_user",
     "host_id": "host_id",
     "gpu_id": "gpu_id",
-    "day": "(hour_start AT TIME ZONE %(tz)s)::date",
-    "hour": "hour_start",
+    "day": "(t AT TIME ZONE %(tz)s)::date",
+    "hour": "t",
 }
+
+# Whole UTC days [d0, d1) from the day tables, the hours around them from the hour
+# tables; d0 = d1 when no day rows may be used, and then only the hours are read.
+_USER_SOURCE = """
+    (SELECT gpu_id, host_id, linux_user, day_start AS t, held_us, active_us, idle_held_us
+     FROM user_day_rollups
+     WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
+     UNION ALL
+     SELECT gpu_id, host_id, linux_user, hour_start, held_us, active_us, idle_held_us
+     FROM user_hour_rollups
+     WHERE workspace_id = %(ws)s
+       AND ((hour_start >= %(start)s AND hour_start < %(d0)s)
+         OR (hour_start >= %(d1)s AND hour_start < %(end)s))) AS r
+"""
+_GPU_SOURCE = """
+    (SELECT gpu_id, host_id, day_start AS t, covered_us, active_us, idle_held_us, idle_us,
+            util_pct_us, memory_used_mb_us, memory_total_mb_us
+     FROM gpu_day_rollups
+     WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
+     UNION ALL
+     SELECT gpu_id, host_id, hour_start, covered_us, active_us, idle_held_us, idle_us,
+            util_pct_us, memory_used_mb_us, memory_total_mb_us
+     FROM gpu_hour_rollups
+     WHERE workspace_id = %(ws)s
+       AND ((hour_start >= %(start)s AND hour_start < %(d0)s)
+         OR (hour_start >= %(d1)s AND hour_start < %(end)s))) AS r
+"""
 
 
 @dataclass(frozen=True)
 class Scope:
+    """A workspace, the UTC-hour window [start, end), the whole UTC days [d0, d1) in it
+    that may be read from the day tables, and the zone days are cut in."""
+
     workspace_id: int
     start: datetime
     end: datetime
+    d0: datetime
+    d1: datetime
     tz: str
 
     def params(self) -> dict[str, Any]:
-        return {"ws": self.workspace_id, "start": self.start, "end": self.end, "tz": self.tz}
+        return {
+            "ws": self.workspace_id,
+            "start": self.start,
+            "end": self.end,
+            "d0": self.d0,
+            "d1": self.d1,
+            "tz": self.tz,
+        }
 
 
 def _select(columns: Sequence[str]) -> tuple[str, str]:
@@ -50,8 +89,7 @@ async def held_by(
         f"""
         SELECT {select},
                sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint
-        FROM user_hour_rollups
-        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+        FROM {_USER_SOURCE}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,
@@ -68,8 +106,7 @@ async def covered_by(
     cur = await conn.execute(
         f"""
         SELECT {select}, sum(covered_us)::bigint
-        FROM gpu_hour_rollups
-        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+        FROM {_GPU_SOURCE}
         GROUP BY {group}
         HAVING sum(covered_us) <> 0
         """,
@@ -89,8 +126,7 @@ async def utilization_by(
                sum(covered_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
                sum(idle_us)::bigint, sum(util_pct_us)::float8,
                sum(memory_used_mb_us)::float8, sum(memory_total_mb_us)::float8
-        FROM gpu_hour_rollups
-        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+        FROM {_GPU_SOURCE}
         GROUP BY {group}
         HAVING sum(covered_us) > 0
         """,
@@ -102,18 +138,25 @@ async def utilization_by(
 async def coverage(
     conn: psycopg.AsyncConnection[Any], scope: Scope
 ) -> tuple[datetime | None, datetime | None, int]:
-    """First and last hour with covered GPU time in the window, and the covered total."""
+    """First and last hour with covered GPU time in the window, and the covered total.
+
+    The first and last hour come from the hourly index (a short scan from either end).
+    """
     cur = await conn.execute(
-        """
-        SELECT min(hour_start), max(hour_start), coalesce(sum(covered_us), 0)::bigint
-        FROM gpu_hour_rollups
-        WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
-          AND covered_us > 0
+        f"""
+        SELECT
+            (SELECT min(hour_start) FROM gpu_hour_rollups
+             WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+               AND covered_us > 0),
+            (SELECT max(hour_start) FROM gpu_hour_rollups
+             WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
+               AND covered_us > 0),
+            (SELECT coalesce(sum(covered_us), 0)::bigint FROM {_GPU_SOURCE})
         """,
         scope.params(),
     )
     row = await cur.fetchone()
-    assert row is not None  # an aggregate always answers one row
+    assert row is not None  # scalar subqueries always answer one row
     return row[0], row[1], int(row[2])
 
 

@@ -70,6 +70,11 @@ class Report:
         return body
 
 
+def _scope(workspace_id: int, window: Window, day_keyed: bool, days: bool = True) -> repo.Scope:
+    d0, d1 = window.whole_utc_days(day_keyed) if days else (window.start, window.start)
+    return repo.Scope(workspace_id, window.start, window.end, d0, d1, window.tz_name)
+
+
 def _unique(items: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
@@ -163,7 +168,7 @@ async def usage_report(
     """GPU-hours held per Linux user, host, GPU or day (or a pair), split active/idle-held."""
     if "day" in keys:
         require_whole_hour_days(window)
-    scope = repo.Scope(workspace_id, window.start, window.end, window.tz_name)
+    scope = _scope(workspace_id, window, day_keyed="day" in keys)
     columns = _unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = "user" not in keys
     figures: dict[tuple[Any, ...], list[int]] = {}
@@ -218,7 +223,8 @@ async def utilization_report(
     """Per host or GPU and hour or day: time in each state, mean utilization and memory."""
     if bucket == "day":
         require_whole_hour_days(window)
-    scope = repo.Scope(workspace_id, window.start, window.end, window.tz_name)
+    # Hourly buckets need hour rows; daily ones may read whole UTC days.
+    scope = _scope(workspace_id, window, day_keyed=True, days=bucket == "day")
     columns = (*KEY_COLUMNS[group], bucket)
     try:
         found = await repo.utilization_by(conn, scope, columns)

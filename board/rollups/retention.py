@@ -1,4 +1,4 @@
-"""Rollup retention: hourly rollups older than a workspace's retentionDays are deleted.
+"""Rollup retention: hourly (and daily) rollups older than a workspace's retentionDays go.
 
 Separate from the raw partitions (board.partitions), which follow the server-wide raw
 retention and are dropped whole without ever touching a rollup.
@@ -31,6 +31,7 @@ async def drop_expired_rollups(
     for table in ("gpu_hour_rollups", "user_hour_rollups"):
         # An hour is expired once its end (hour_start + 1 h) is at or before the cutoff;
         # written on hour_start alone so the (workspace_id, hour_start) index serves it.
+        # The triggers of the day rollups subtract the deleted hours from their days.
         cur = await conn.execute(
             f"""
             DELETE FROM {table} r
@@ -45,6 +46,18 @@ async def drop_expired_rollups(
             result.gpu_rows = cur.rowcount
         else:
             result.user_rows = cur.rowcount
+    for table in ("gpu_day_rollups", "user_day_rollups"):
+        # A day whose every hour expired is all zeros by now; drop the row itself.
+        await conn.execute(
+            f"""
+            DELETE FROM {table} r
+            USING workspaces w
+            WHERE r.workspace_id = w.id
+              AND r.day_start
+                  <= %(now)s - make_interval(days => w.retention_days) - interval '1 day'
+            """,
+            {"now": now},
+        )
     if result.gpu_rows or result.user_rows:
         log.info(
             "rollup retention: deleted %d GPU-hour and %d user-hour rows",

@@ -143,3 +143,46 @@ async def rollup_rows(
         [ws],
     )
     return gpu_rows, await cur.fetchall()
+
+
+async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> list[Any]:
+    """Day rows that differ from the sum of their hour rows (empty when the triggers hold)."""
+    cur = await conn.execute(
+        """
+        WITH hours AS (
+            SELECT gpu_id, date_trunc('day', hour_start, 'UTC') AS day_start,
+                   sum(covered_us) AS c, sum(active_us) AS a, sum(idle_held_us) AS ih,
+                   sum(idle_us) AS i, sum(util_pct_us) AS u, sum(memory_used_mb_us) AS mu,
+                   sum(memory_total_mb_us) AS mt, sum(sample_count) AS n
+            FROM gpu_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1, 2
+        ), days AS (
+            SELECT gpu_id, day_start, covered_us AS c, active_us AS a, idle_held_us AS ih,
+                   idle_us AS i, util_pct_us AS u, memory_used_mb_us AS mu,
+                   memory_total_mb_us AS mt, sample_count AS n
+            FROM gpu_day_rollups WHERE workspace_id = %(ws)s
+        ), user_hours AS (
+            SELECT gpu_id, linux_user, date_trunc('day', hour_start, 'UTC') AS day_start,
+                   sum(held_us) AS h, sum(active_us) AS a, sum(idle_held_us) AS ih
+            FROM user_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1, 2, 3
+        ), user_days AS (
+            SELECT gpu_id, linux_user, day_start, held_us AS h, active_us AS a,
+                   idle_held_us AS ih
+            FROM user_day_rollups WHERE workspace_id = %(ws)s
+        )
+        SELECT 'gpu', gpu_id::text, day_start FROM hours FULL JOIN days USING (gpu_id, day_start)
+        WHERE (hours.c, hours.a, hours.ih, hours.i, hours.u, hours.mu, hours.mt, hours.n)
+              IS DISTINCT FROM (days.c, days.a, days.ih, days.i, days.u, days.mu, days.mt, days.n)
+          AND NOT (hours.gpu_id IS NULL
+                   AND (days.c, days.a, days.ih, days.i, days.u, days.mu, days.mt, days.n)
+                       = (0, 0, 0, 0, 0, 0, 0, 0))
+        UNION ALL
+        SELECT 'user', gpu_id || '/' || linux_user, day_start
+        FROM user_hours FULL JOIN user_days USING (gpu_id, linux_user, day_start)
+        WHERE (user_hours.h, user_hours.a, user_hours.ih)
+              IS DISTINCT FROM (user_days.h, user_days.a, user_days.ih)
+          AND NOT (user_hours.gpu_id IS NULL
+                   AND (user_days.h, user_days.a, user_days.ih) = (0, 0, 0))
+        """,
+        {"ws": ws},
+    )
+    return await cur.fetchall()

@@ -1,5 +1,7 @@
 """Arrival order never changes the figures, and the incremental rollups equal a rebuild.
 
+Also: the day rollups (kept by triggers) always equal the sum of their hours.
+
 Each example gets its own workspace with two hosts: one receives the generated series
 in time order, once; the other a random permutation of it with repeated observations,
 pushed through the agent API in concurrent groups (so the group-commit writer sees
@@ -21,6 +23,7 @@ from board.db.urls import libpq_url
 from board.rollups.rebuild import rebuild
 from tests.board.helpers import enroll, push
 from tests.board.test_reports_builders import (
+    day_rollups_mismatch,
     days_ago_midnight,
     gpu,
     observation,
@@ -153,6 +156,7 @@ async def test_any_arrival_order_gives_the_sorted_figures(app, client, steps, da
             assert named[table].get("shuffled") == named[table].get("in-order")
 
         incremental = await rollup_rows(conn, ws)
+        assert await day_rollups_mismatch(conn, ws) == []
         async with conn.transaction():
             await rebuild(conn, ws, start, end)
         assert await rollup_rows(conn, ws) == incremental
@@ -163,3 +167,4 @@ async def test_any_arrival_order_gives_the_sorted_figures(app, client, steps, da
         async with conn.transaction():
             await rebuild(conn, ws, cut, cut + timedelta(hours=1))
         assert await rollup_rows(conn, ws) == incremental
+        assert await day_rollups_mismatch(conn, ws) == []
