@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -43,12 +45,17 @@ UTILIZATION_FIGURES = (
 )
 
 
+def from_epoch(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
 def hours(us: int) -> float:
-    return round(us / HOUR_US, 6)
+    """Microseconds as hours with 6 decimals, rounded half up in integer arithmetic."""
+    return (us + HOUR_US // 2_000_000) // (HOUR_US // 1_000_000) / 1e6
 
 
-def ratio(part: float, whole: float, scale: float = 1.0) -> float | None:
-    return None if whole == 0 else round(scale * part / whole, 6)
+def ratio(part: float, whole: float) -> float | None:
+    return None if whole == 0 else round(1e6 * part / whole) / 1e6
 
 
 @dataclass
@@ -225,49 +232,37 @@ async def utilization_report(
         require_whole_hour_days(window)
     # Hourly buckets need hour rows; daily ones may read whole UTC days.
     scope = _scope(workspace_id, window, day_keyed=True, days=bucket == "day")
-    columns = (*KEY_COLUMNS[group], bucket)
     try:
-        found = await repo.utilization_by(conn, scope, columns)
+        found = await repo.utilization_rows(conn, scope, group, bucket)
         coverage = await _coverage(conn, scope, window)
     except psycopg.errors.InvalidParameterValue:
         raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
-    width = len(KEY_COLUMNS[group])
-    host_ids = {r[0] for r in found}
-    gpu_ids = {r[1] for r in found} if group == "gpu" else set()
-    names = await _Names.load(conn, workspace_id, host_ids, gpu_ids)
+    # Rows come grouped by id; put the blocks in name order.
+    blocks = [(key, list(rows)) for key, rows in groupby(found, key=itemgetter(0))]
+    ids = {key for key, _ in blocks}
+    gpus = await repo.gpu_names(conn, workspace_id, ids) if group == "gpu" else {}
+    host_ids = {g.host_id for g in gpus.values()} if group == "gpu" else ids
+    names = _Names(await repo.host_names(conn, workspace_id, host_ids), gpus)
     values, order = _key_builder((group,), KEY_COLUMNS[group], names)
-
-    key_cache: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
-    start_cache: dict[Any, str] = {}
-    keyed: list[tuple[Any, tuple[Any, ...]]] = []
-    for r in found:
-        key = tuple(r[:width])
-        cached = key_cache.get(key)
-        if cached is None:
-            fields = values(key)
-            cached = key_cache[key] = (fields, order(fields))
-        fields, sort_key = cached
-        b = r[width]
-        start = start_cache.get(b)
-        if start is None:
-            moment = window.day_start(b) if isinstance(b, date) and bucket == "day" else b
-            start = start_cache[b] = window.local(moment).isoformat()
-        covered, active, idle_held, idle, util, used, total = r[width + 1 :]
-        row = fields + (
-            start,
-            hours(covered),
-            hours(active),
-            hours(idle_held),
-            hours(idle),
-            ratio(util, covered),
-            ratio(used, total, 100.0),
-        )
-        # The raw bucket sorts by time; local ISO strings do not across a DST fall-back.
-        keyed.append(((sort_key, b), row))
+    keyed = []
+    for key, block in blocks:
+        if group == "gpu":
+            gpu = gpus.get(key)
+            fields = values((gpu.host_id if gpu else -1, key))
+        else:
+            fields = values((key,))
+        keyed.append((order(fields), fields, block))
     keyed.sort(key=lambda item: item[0])
-    rows = [row for _, row in keyed]
 
+    starts: dict[int, str] = {}
+    rows: list[tuple[Any, ...]] = []
+    for _, fields, block in keyed:
+        for r in block:
+            start = starts.get(r[1])
+            if start is None:
+                start = starts[r[1]] = window.local(from_epoch(r[1])).isoformat()
+            rows.append((*fields, start, *r[2:]))
     head = {
         "from": window.local(window.start).isoformat(),
         "to": window.local(window.end).isoformat(),
