@@ -21,6 +21,7 @@ import psycopg
 
 from board.db.urls import libpq_url, resolve_database_url
 from board.errors import DomainError
+from board.partitions.maintenance import existing_partitions
 from board.reports.params import HOUR, parse_bound
 from board.rollups.crediting import GpuTick, RollupDelta, Tick, compute_holders, to_us
 from board.rollups.store import upsert_rollup_delta
@@ -177,25 +178,31 @@ def _ceil_hour(moment: datetime) -> datetime:
 
 async def _run(args: argparse.Namespace, url: str) -> int:
     async with await psycopg.AsyncConnection.connect(url) as conn:
-        cur = await conn.execute("SELECT id FROM workspaces WHERE slug = %s", [args.workspace])
+        cur = await conn.execute(
+            "SELECT id, max_sample_gap_seconds FROM workspaces WHERE slug = %s", [args.workspace]
+        )
         row = await cur.fetchone()
         if row is None:
             sys.stderr.write(f"gua-board: no workspace {args.workspace!r}\n")
             return 2
-        workspace_id = int(row[0])
+        workspace_id, max_gap = int(row[0]), timedelta(seconds=int(row[1]))
         cur = await conn.execute(
             "SELECT min(observed_at), max(observed_at) FROM host_observations "
             "WHERE workspace_id = %s",
             [workspace_id],
         )
         earliest, latest = (await cur.fetchone()) or (None, None)
+        partitions = await existing_partitions(conn)
         await conn.commit()
         if earliest is None or latest is None:
             sys.stdout.write(f"workspace {args.workspace} has no raw samples; nothing rebuilt\n")
             return 0
-        # Hours before the first kept raw sample may hold intervals whose opening sample
-        # was already dropped with its partition: leave those rollups alone.
-        oldest = _ceil_hour(earliest)
+        # Nothing before the oldest raw partition is left, and an interval opened by a
+        # dropped sample reaches at most max gap into it: rollups of those hours can no
+        # longer be recomputed, so they are left alone. So are hours before any sample.
+        first_day = min(partitions["host_observations"], default=earliest.date())
+        kept_from = datetime(first_day.year, first_day.month, first_day.day, tzinfo=UTC)
+        oldest = max(_floor_hour(earliest), _ceil_hour(kept_from + max_gap))
         try:
             start = parse_bound("--from", args.from_, "UTC", _UTC_ZONE) if args.from_ else oldest
             end = parse_bound("--to", args.to, "UTC", _UTC_ZONE) if args.to else _floor_hour(latest)
@@ -206,8 +213,8 @@ async def _run(args: argparse.Namespace, url: str) -> int:
             end += HOUR
         if start < oldest:
             sys.stdout.write(
-                f"raw samples start at {earliest.isoformat()}; rebuilding from "
-                f"{oldest.isoformat()} and keeping the older rollups\n"
+                f"raw samples are kept from {oldest.isoformat()}; rebuilding from there "
+                "and keeping the older rollups\n"
             )
             start = oldest
         if end <= start:
