@@ -15,9 +15,10 @@ What it does:
    measured with the same load generator (--skip-floor to leave it out);
 6. prints a summary table. Exit status 1 when the durability check fails.
 
-The load generator is one process (asyncio + httpx, uvloop when installed), because the
-machine is small and shared with the server and PostgreSQL; its CPU use is printed so
-the numbers can be read with that in mind.
+The load generator is one process (asyncio on uvloop when installed, a minimal keep-alive
+HTTP/1.1 client; `--client httpx` to compare), because the machine is small and shared with
+the server and PostgreSQL; its CPU use is printed so the numbers can be read with that in
+mind. Enrollment uses httpx.
 """
 
 from __future__ import annotations
