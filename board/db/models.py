@@ -5,7 +5,7 @@ from board.db.base import Base
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
 from board.ingest.tables import gpu_samples, host_observations, process_samples
-from board.rollups.daily import GpuDayRollup, UserDayRollup
+from board.rollups.daily import GpuDayRollup, RollupDirtyDay, UserDayRollup
 from board.rollups.models import GpuHourRollup, UserHourRollup
 from board.workspaces.models import ApiToken, Membership, User, Workspace
 
@@ -21,6 +21,7 @@ __all__ = [
     "Host",
     "HostRejection",
     "Membership",
+    "RollupDirtyDay",
     "User",
     "UserDayRollup",
     "UserHourRollup",

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from board.partitions.maintenance import run_maintenance
+from board.rollups.daily import refresh_day_rollups
 from board.rollups.retention import drop_expired_rollups
 from board.runtime import Runtime
 
@@ -22,6 +23,7 @@ async def maintain_once(runtime: Runtime) -> None:
                 ahead_days=runtime.settings.partitions_ahead_days,
             )
             await drop_expired_rollups(conn)
+            await refresh_day_rollups(conn)
         finally:
             await conn.set_autocommit(False)
     runtime.writer.forget_partitions()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -23,55 +23,88 @@ _EXPRESSIONS = {
     "hour": "t",
 }
 
-# Whole UTC days [d0, d1) from the day tables, the hours around them from the hour
-# tables; d0 = d1 when no day rows may be used, and then only the hours are read.
+# Clean whole UTC days in [d0, d1) from the day tables; everything else in the window
+# (the hours around them, and dirty days) from the hour tables, as [lo, hi) ranges.
 _USER_SOURCE = """
     (SELECT gpu_id, host_id, linux_user, day_start AS t, held_us, active_us, idle_held_us
      FROM user_day_rollups
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
+       AND NOT day_start = ANY(%(dirty)s::timestamptz[])
      UNION ALL
      SELECT gpu_id, host_id, linux_user, hour_start, held_us, active_us, idle_held_us
      FROM user_hour_rollups
-     WHERE workspace_id = %(ws)s
-       AND ((hour_start >= %(start)s AND hour_start < %(d0)s)
-         OR (hour_start >= %(d1)s AND hour_start < %(end)s))) AS r
+     JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
+       ON hour_start >= rg.lo AND hour_start < rg.hi
+     WHERE workspace_id = %(ws)s) AS r
 """
 _GPU_SOURCE = """
     (SELECT gpu_id, host_id, day_start AS t, covered_us, active_us, idle_held_us, idle_us,
             util_pct_us, memory_used_mb_us, memory_total_mb_us
      FROM gpu_day_rollups
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
+       AND NOT day_start = ANY(%(dirty)s::timestamptz[])
      UNION ALL
      SELECT gpu_id, host_id, hour_start, covered_us, active_us, idle_held_us, idle_us,
             util_pct_us, memory_used_mb_us, memory_total_mb_us
      FROM gpu_hour_rollups
-     WHERE workspace_id = %(ws)s
-       AND ((hour_start >= %(start)s AND hour_start < %(d0)s)
-         OR (hour_start >= %(d1)s AND hour_start < %(end)s))) AS r
+     JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
+       ON hour_start >= rg.lo AND hour_start < rg.hi
+     WHERE workspace_id = %(ws)s) AS r
 """
 
 
 @dataclass(frozen=True)
 class Scope:
-    """A workspace, the UTC-hour window [start, end), the whole UTC days [d0, d1) in it
-    that may be read from the day tables, and the zone days are cut in."""
+    """A workspace, the UTC-hour window [start, end), the zone days are cut in, the whole
+    UTC days [d0, d1) that day rows may serve, and the days among them whose day rows are
+    stale (dirty): read from their hours instead."""
 
     workspace_id: int
     start: datetime
     end: datetime
+    tz: str
     d0: datetime
     d1: datetime
-    tz: str
+    dirty: tuple[datetime, ...] = ()
+
+    def hour_ranges(self) -> list[tuple[datetime, datetime]]:
+        day = timedelta(days=1)
+        pieces = [(self.start, self.d0), *((d, d + day) for d in self.dirty), (self.d1, self.end)]
+        merged: list[tuple[datetime, datetime]] = []
+        for lo, hi in sorted(p for p in pieces if p[0] < p[1]):
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        return merged
 
     def params(self) -> dict[str, Any]:
+        ranges = self.hour_ranges()
         return {
             "ws": self.workspace_id,
             "start": self.start,
             "end": self.end,
+            "tz": self.tz,
             "d0": self.d0,
             "d1": self.d1,
-            "tz": self.tz,
+            "dirty": list(self.dirty),
+            "lo": [r[0] for r in ranges],
+            "hi": [r[1] for r in ranges],
         }
+
+
+async def dirty_days(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, d0: datetime, d1: datetime
+) -> tuple[datetime, ...]:
+    """Days in [d0, d1) whose hours changed since their day rows were computed."""
+    if d0 >= d1:
+        return ()
+    cur = await conn.execute(
+        "SELECT day_start FROM rollup_dirty_days "
+        "WHERE workspace_id = %s AND day_start >= %s AND day_start < %s ORDER BY 1",
+        [workspace_id, d0, d1],
+    )
+    return tuple(r[0] for r in await cur.fetchall())
 
 
 def _select(columns: Sequence[str]) -> tuple[str, str]:
@@ -146,16 +179,16 @@ async def utilization_rows(
                memory_total_mb_us AS mt
         FROM gpu_day_rollups
         WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
-          AND covered_us > 0
+          AND NOT day_start = ANY(%(dirty)s::timestamptz[]) AND covered_us > 0
         UNION ALL
         SELECT host_id, gpu_id, {hour_bucket}, sum(covered_us)::bigint,
                sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
                sum(util_pct_us)::bigint, sum(memory_used_mb_us)::bigint,
                sum(memory_total_mb_us)::bigint
         FROM gpu_hour_rollups
+        JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
+          ON hour_start >= rg.lo AND hour_start < rg.hi
         WHERE workspace_id = %(ws)s
-          AND ((hour_start >= %(start)s AND hour_start < %(d0)s)
-            OR (hour_start >= %(d1)s AND hour_start < %(end)s))
         GROUP BY 1, 2, 3
         HAVING sum(covered_us) > 0
     """

@@ -77,9 +77,16 @@ class Report:
         return body
 
 
-def _scope(workspace_id: int, window: Window, day_keyed: bool, days: bool = True) -> repo.Scope:
+async def _scope(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    day_keyed: bool,
+    days: bool = True,
+) -> repo.Scope:
     d0, d1 = window.whole_utc_days(day_keyed) if days else (window.start, window.start)
-    return repo.Scope(workspace_id, window.start, window.end, d0, d1, window.tz_name)
+    dirty = await repo.dirty_days(conn, workspace_id, d0, d1)
+    return repo.Scope(workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty)
 
 
 def _unique(items: Sequence[str]) -> tuple[str, ...]:
@@ -175,7 +182,7 @@ async def usage_report(
     """GPU-hours held per Linux user, host, GPU or day (or a pair), split active/idle-held."""
     if "day" in keys:
         require_whole_hour_days(window)
-    scope = _scope(workspace_id, window, day_keyed="day" in keys)
+    scope = await _scope(conn, workspace_id, window, day_keyed="day" in keys)
     columns = _unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = "user" not in keys
     figures: dict[tuple[Any, ...], list[int]] = {}
@@ -231,7 +238,7 @@ async def utilization_report(
     if bucket == "day":
         require_whole_hour_days(window)
     # Hourly buckets need hour rows; daily ones may read whole UTC days.
-    scope = _scope(workspace_id, window, day_keyed=True, days=bucket == "day")
+    scope = await _scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
     try:
         found = await repo.utilization_rows(conn, scope, group, bucket)
         coverage = await _coverage(conn, scope, window)

@@ -1,21 +1,28 @@
 """Daily rollups per UTC day: the hourly rollups summed, so long reports read 24x fewer rows.
 
-They are never written by application code. Statement-level triggers on the hourly
-tables (migration "day rollups") add every inserted, updated or deleted hour row's
-change to its day row in the same transaction, so a day row always equals the sum of
-its hour rows, whatever path changed them (ingest, rebuild, retention). Reports use
-them only for whole UTC days inside the window and only when the report's days are
-UTC days; everything else reads the hourly rows.
+A day row is trusted only while its day is *clean*. A cheap statement-level trigger on
+the hourly tables (migration "day rollups refresh") marks every UTC day whose hours a
+statement touched in rollup_dirty_days, in the same transaction, whatever path changed
+them (ingest, rebuild, retention). Reports read hours for dirty days, day rows for
+clean ones; `refresh_day_rollups` (the maintenance schedule) recomputes closed dirty
+days from their hours and clears their marks. Summing into the day rows in the ingest
+transaction itself was tried first and cost ingest a third more per batch: the same
+day rows were rewritten on every push.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import logging
+from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Index, PrimaryKeyConstraint, Text
+import psycopg
+from sqlalchemy import BigInteger, DateTime, Index, PrimaryKeyConstraint, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
+
+log = logging.getLogger(__name__)
 
 
 class GpuDayRollup(Base):
@@ -56,3 +63,103 @@ class UserDayRollup(Base):
         PrimaryKeyConstraint("workspace_id", "gpu_id", "linux_user", "day_start"),
         Index("ix_user_day_rollups_workspace_day", "workspace_id", "day_start"),
     )
+
+
+class RollupDirtyDay(Base):
+    """A UTC day whose hourly rollups changed since its day rows were last computed."""
+
+    __tablename__ = "rollup_dirty_days"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    day_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    marked_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=text("now()")
+    )
+
+    __table_args__ = (PrimaryKeyConstraint("workspace_id", "day_start"),)
+
+
+# Serializes the maintenance writers of day rows (refresh, retention) across processes.
+DAY_ROLLUP_LOCK_KEY = 0x6775615F64617973  # "gua_days"
+
+
+async def refresh_day_rollups(
+    conn: psycopg.AsyncConnection[Any], now: datetime | None = None
+) -> int:
+    """Recompute the day rows of every closed, dirty UTC day from its hours; clear the marks.
+
+    A week of one workspace's days per transaction, holding its hosts' locks (in key
+    order, like ingest and rebuild), so no rollup write of that workspace is in flight
+    while its hours are read; a push that lands afterwards marks its day again. Runs on
+    a connection in autocommit mode. Returns the number of days recomputed.
+    """
+    now = now or datetime.now(UTC)
+    cur = await conn.execute(
+        "SELECT DISTINCT workspace_id FROM rollup_dirty_days "
+        "WHERE day_start <= %s - interval '1 day' ORDER BY 1",
+        [now],
+    )
+    done = 0
+    for (ws,) in await cur.fetchall():
+        while days := await _refresh_some(conn, int(ws), now):
+            done += days
+    if done:
+        log.info("day rollups: refreshed %d day(s)", done)
+    return done
+
+
+async def _refresh_some(conn: psycopg.AsyncConnection[Any], ws: int, now: datetime) -> int:
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [DAY_ROLLUP_LOCK_KEY])
+        await conn.execute(
+            "SELECT id FROM hosts WHERE workspace_id = %s ORDER BY workspace_id, id FOR UPDATE",
+            [ws],
+        )
+        # The marks go first: a write racing in (from a host enrolled after the lock
+        # above) finds its day's mark being deleted, waits for this commit and re-marks.
+        cur = await conn.execute(
+            """
+            DELETE FROM rollup_dirty_days
+            WHERE workspace_id = %(ws)s AND day_start IN (
+                SELECT day_start FROM rollup_dirty_days
+                WHERE workspace_id = %(ws)s AND day_start <= %(now)s - interval '1 day'
+                ORDER BY day_start LIMIT 7)
+            RETURNING day_start
+            """,
+            {"ws": ws, "now": now},
+        )
+        days = sorted(r[0] for r in await cur.fetchall())
+        if days:
+            for statement in _REFRESH:
+                await conn.execute(statement, {"ws": ws, "days": days})
+    return len(days)
+
+
+_DAYS = (
+    "JOIN unnest(%(days)s::timestamptz[]) AS d(day) ON h.hour_start >= d.day "
+    "AND h.hour_start < d.day + interval '1 day'"
+)
+_REFRESH = (
+    "DELETE FROM gpu_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
+    "DELETE FROM user_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
+    f"""
+    INSERT INTO gpu_day_rollups (workspace_id, gpu_id, day_start, host_id, covered_us,
+        active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us, memory_total_mb_us,
+        sample_count)
+    SELECT h.workspace_id, h.gpu_id, d.day, max(h.host_id), sum(h.covered_us),
+           sum(h.active_us), sum(h.idle_held_us), sum(h.idle_us), sum(h.util_pct_us),
+           sum(h.memory_used_mb_us), sum(h.memory_total_mb_us), sum(h.sample_count)
+    FROM gpu_hour_rollups h {_DAYS}
+    WHERE h.workspace_id = %(ws)s
+    GROUP BY h.workspace_id, h.gpu_id, d.day
+    """,
+    f"""
+    INSERT INTO user_day_rollups (workspace_id, gpu_id, linux_user, day_start, host_id,
+        held_us, active_us, idle_held_us)
+    SELECT h.workspace_id, h.gpu_id, h.linux_user, d.day, max(h.host_id), sum(h.held_us),
+           sum(h.active_us), sum(h.idle_held_us)
+    FROM user_hour_rollups h {_DAYS}
+    WHERE h.workspace_id = %(ws)s
+    GROUP BY h.workspace_id, h.gpu_id, h.linux_user, d.day
+    """,
+)

@@ -1,6 +1,8 @@
-"""Rollup retention: hourly (and daily) rollups older than a workspace's retentionDays go.
+"""Rollup retention: hourly rollups older than a workspace's retentionDays are deleted.
 
-Separate from the raw partitions (board.partitions), which follow the server-wide raw
+Their days are marked dirty by the trigger and recomputed (to nothing) by
+board.rollups.daily.refresh_day_rollups, which the schedule runs right after. Separate
+from the raw partitions (board.partitions), which follow the server-wide raw
 retention and are dropped whole without ever touching a rollup.
 """
 
@@ -12,6 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+
+from board.rollups.daily import DAY_ROLLUP_LOCK_KEY
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +32,25 @@ async def drop_expired_rollups(
     """Delete every rollup hour that ended more than the workspace's retention_days ago."""
     now = now or datetime.now(UTC)
     result = RetentionResult()
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", [DAY_ROLLUP_LOCK_KEY])
+        await _delete_hours(conn, now, result)
+    if result.gpu_rows or result.user_rows:
+        log.info(
+            "rollup retention: deleted %d GPU-hour and %d user-hour rows",
+            result.gpu_rows,
+            result.user_rows,
+        )
+    return result
+
+
+async def _delete_hours(
+    conn: psycopg.AsyncConnection[Any], now: datetime, result: RetentionResult
+) -> None:
     for table in ("gpu_hour_rollups", "user_hour_rollups"):
         # An hour is expired once its end (hour_start + 1 h) is at or before the cutoff;
         # written on hour_start alone so the (workspace_id, hour_start) index serves it.
-        # The triggers of the day rollups subtract the deleted hours from their days.
+        # The deleted hours mark their days dirty; refresh_day_rollups redoes those days.
         cur = await conn.execute(
             f"""
             DELETE FROM {table} r
@@ -46,22 +65,3 @@ async def drop_expired_rollups(
             result.gpu_rows = cur.rowcount
         else:
             result.user_rows = cur.rowcount
-    for table in ("gpu_day_rollups", "user_day_rollups"):
-        # A day whose every hour expired is all zeros by now; drop the row itself.
-        await conn.execute(
-            f"""
-            DELETE FROM {table} r
-            USING workspaces w
-            WHERE r.workspace_id = w.id
-              AND r.day_start
-                  <= %(now)s - make_interval(days => w.retention_days) - interval '1 day'
-            """,
-            {"now": now},
-        )
-    if result.gpu_rows or result.user_rows:
-        log.info(
-            "rollup retention: deleted %d GPU-hour and %d user-hour rows",
-            result.gpu_rows,
-            result.user_rows,
-        )
-    return result

@@ -146,9 +146,11 @@ async def rollup_rows(
 
 
 async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> list[Any]:
-    """Day rows that differ from the sum of their hour rows (empty when the triggers hold)."""
+    """Clean days whose day rows differ from the sum of their hour rows (should be none);
+    days marked dirty may differ: reports read their hours."""
     cur = await conn.execute(
         """
+        SELECT * FROM (
         WITH hours AS (
             SELECT gpu_id, date_trunc('day', hour_start, 'UTC') AS day_start,
                    sum(covered_us) AS c, sum(active_us) AS a, sum(idle_held_us) AS ih,
@@ -182,7 +184,20 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
               IS DISTINCT FROM (user_days.h, user_days.a, user_days.ih)
           AND NOT (user_hours.gpu_id IS NULL
                    AND (user_days.h, user_days.a, user_days.ih) = (0, 0, 0))
+        ) AS differing (kind, key, day_start)
+        WHERE NOT EXISTS (SELECT 1 FROM rollup_dirty_days m
+                          WHERE m.workspace_id = %(ws)s AND m.day_start = differing.day_start)
         """,
         {"ws": ws},
     )
     return await cur.fetchall()
+
+
+async def refresh_all_days(app: Any) -> int:
+    """Run the day-rollup refresh as if every day were closed; the marks are cleared."""
+    from board.db.urls import libpq_url
+    from board.rollups.daily import refresh_day_rollups
+
+    url = libpq_url(app.state.runtime.database_url)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        return await refresh_day_rollups(conn, now=datetime.now(UTC) + timedelta(days=3))
