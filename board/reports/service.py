@@ -84,6 +84,7 @@ async def _scope(
     day_keyed: bool,
     days: bool = True,
 ) -> repo.Scope:
+    await repo.prepare(conn)
     d0, d1 = window.whole_utc_days(day_keyed) if days else (window.start, window.start)
     dirty = await repo.dirty_days(conn, workspace_id, d0, d1)
     return repo.Scope(workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty)
