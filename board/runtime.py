@@ -59,7 +59,8 @@ class Runtime:
         await self.engine.dispose()
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    # async: a plain def dependency would be run in the threadpool on every request
     runtime: Runtime = request.app.state.runtime
     return runtime
 

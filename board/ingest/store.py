@@ -254,8 +254,8 @@ async def _advance_latest(
             hostname = u.hostname,
             agent_version = u.agent_version,
             driver_version = u.driver_version
-        FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::text[],
-                    %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])
+        FROM unnest(%b::bigint[], %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[],
+                    %b::text[], %b::text[], %b::text[], %b::text[], %b::text[])
              AS u(ws, host_id, observed_at, received_at, status, errors, gpus, hostname,
                   agent_version, driver_version)
         WHERE h.workspace_id = u.ws AND h.id = u.host_id

@@ -25,9 +25,9 @@ async def upsert_rollup_delta(
             INSERT INTO gpu_hour_rollups AS r (workspace_id, gpu_id, hour_start, host_id,
                 covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us,
                 memory_total_mb_us, sample_count)
-            SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::bigint[],
-                %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
-                %s::bigint[], %s::bigint[], %s::bigint[])
+            SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::timestamptz[], %b::bigint[],
+                %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],
+                %b::bigint[], %b::bigint[], %b::bigint[])
             ON CONFLICT (workspace_id, gpu_id, hour_start) DO UPDATE SET
                 covered_us = r.covered_us + EXCLUDED.covered_us,
                 active_us = r.active_us + EXCLUDED.active_us,
@@ -52,8 +52,8 @@ async def upsert_rollup_delta(
             """
             INSERT INTO user_hour_rollups AS r (workspace_id, gpu_id, linux_user, hour_start,
                 host_id, held_us, active_us, idle_held_us)
-            SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::timestamptz[],
-                %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])
+            SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::timestamptz[],
+                %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[])
             ON CONFLICT (workspace_id, gpu_id, linux_user, hour_start) DO UPDATE SET
                 held_us = r.held_us + EXCLUDED.held_us,
                 active_us = r.active_us + EXCLUDED.active_us,
