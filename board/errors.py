@@ -58,6 +58,8 @@ def describe_validation_errors(errors: list[Any]) -> str:
     first = errors[0]
     loc = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
     msg = str(first.get("msg", "invalid value"))
+    if first.get("type") == "string_pattern_mismatch":
+        msg = "must not contain NUL (\\u0000) characters"  # the only pattern the payloads use
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import (
     ARRAY,
@@ -21,7 +20,6 @@ from sqlalchemy import (
     Uuid,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
@@ -51,7 +49,9 @@ class Host(Base):
     latest_received_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     latest_collection_status: Mapped[str | None] = mapped_column(Text)
     latest_errors: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
-    latest_gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    # What the ingest path needs of the newest observation (normalize.encode_tick); the
+    # GPUs and processes people see are read from the raw samples at latest_observed_at.
+    latest_tick: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (PrimaryKeyConstraint("workspace_id", "id"),)
 

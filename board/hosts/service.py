@@ -13,16 +13,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.auth.deps import WorkspaceContext
 from board.errors import NotFound
 from board.hosts.freshness import freshness
+from board.hosts.latest import newest_gpus
 from board.hosts.models import Host, HostRejection
 
 REJECTIONS_WINDOW = timedelta(hours=24)
 
 
 def _public_gpu(gpu: dict[str, Any], with_processes: bool) -> dict[str, Any]:
-    shown = {k: v for k, v in gpu.items() if k not in ("gpuId", "processes")}
-    shown["processes"] = list(gpu.get("processes", [])) if with_processes else None
-    if not with_processes:
-        shown["processCount"] = len(gpu.get("processes", []))
+    if with_processes:
+        return gpu
+    shown = {k: v for k, v in gpu.items() if k != "processes"}
+    shown["processes"] = None
+    shown["processCount"] = len(gpu["processes"])
     return shown
 
 
@@ -31,6 +33,7 @@ def host_view(
     ctx: WorkspaceContext,
     now: datetime,
     rejections: list[dict[str, Any]],
+    gpus: list[dict[str, Any]],
 ) -> dict[str, Any]:
     return {
         "hostId": str(host.public_id),
@@ -54,7 +57,7 @@ def host_view(
         "enrolledAt": host.enrolled_at.isoformat(),
         "revokedAt": host.revoked_at.isoformat() if host.revoked_at else None,
         "rejectedPushes": rejections,
-        "gpus": [_public_gpu(g, ctx.sees_processes) for g in (host.latest_gpus or [])],
+        "gpus": [_public_gpu(g, ctx.sees_processes) for g in gpus],
     }
 
 
@@ -100,8 +103,10 @@ async def list_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[dict[
         )
     ).all()
     now = datetime.now(UTC)
-    rejections = await _rejections(session, ctx.workspace_id, [h.id for h in hosts], now)
-    return [host_view(h, ctx, now, rejections.get(h.id, [])) for h in hosts]
+    ids = [h.id for h in hosts]
+    rejections = await _rejections(session, ctx.workspace_id, ids, now)
+    gpus = await newest_gpus(session, ctx.workspace_id, ids)
+    return [host_view(h, ctx, now, rejections.get(h.id, []), gpus.get(h.id, [])) for h in hosts]
 
 
 async def get_host_row(session: AsyncSession, workspace_id: int, host_id: str) -> Host:
@@ -121,7 +126,8 @@ async def get_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -
     host = await get_host_row(session, ctx.workspace_id, host_id)
     now = datetime.now(UTC)
     rejections = await _rejections(session, ctx.workspace_id, [host.id], now)
-    return host_view(host, ctx, now, rejections.get(host.id, []))
+    gpus = await newest_gpus(session, ctx.workspace_id, [host.id])
+    return host_view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []))
 
 
 async def revoke_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> Host:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,36 +34,6 @@ def gpu_state(gpu: Any) -> str:
     return derive_state(gpu.utilPct, has_compute)
 
 
-def latest_gpus_json(obs: Observation, gpu_ids: dict[str, int]) -> list[dict[str, Any]]:
-    """The newest GPU state as the hosts API serves it (plus the internal gpuId)."""
-    return [
-        {
-            "gpuId": gpu_ids[g.uuid],
-            "uuid": g.uuid,
-            "index": g.index,
-            "name": g.name,
-            "usageState": gpu_state(g),
-            "reportedUsageState": g.usageState,
-            "utilPct": g.utilPct,
-            "memoryUsedMb": g.memoryUsedMb,
-            "memoryTotalMb": g.memoryTotalMb,
-            "temperatureC": g.temperatureC,
-            "powerW": g.powerW,
-            "processes": [
-                {
-                    "pid": p.pid,
-                    "linuxUser": p.linuxUser,
-                    "name": p.name,
-                    "type": p.type or "compute",
-                    "memoryUsedMb": p.memoryUsedMb,
-                }
-                for p in g.processes
-            ],
-        }
-        for g in obs.snapshot.gpus
-    ]
-
-
 def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
     return Tick(
         host_id=obs.host_id,
@@ -81,20 +52,23 @@ def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
     )
 
 
-def tick_from_latest_json(host_id: int, observed_us: int, gpus: list[dict[str, Any]]) -> Tick:
-    """The host's newest observation as stored on the host row: the in-order fast path."""
+def encode_tick(tick: Tick) -> str:
+    """A host's newest tick as kept on its row: what the next observation's interval needs."""
+    return json.dumps(
+        [
+            [g.gpu_id, g.state, g.util_pct, g.memory_used_mb, g.memory_total_mb, g.holders]
+            for g in tick.gpus
+        ],
+        separators=(",", ":"),
+    )
+
+
+def decode_tick(host_id: int, observed_us: int, encoded: str) -> Tick:
     return Tick(
         host_id=host_id,
         observed_us=observed_us,
         gpus=tuple(
-            GpuTick(
-                gpu_id=int(g["gpuId"]),
-                state=str(g["usageState"]),
-                util_pct=int(g["utilPct"]),
-                memory_used_mb=int(g["memoryUsedMb"]),
-                memory_total_mb=int(g["memoryTotalMb"]),
-                holders=compute_holders((p["linuxUser"], p["type"]) for p in g["processes"]),
-            )
-            for g in gpus
+            GpuTick(gpu_id, state, util, used, total, tuple(holders))
+            for gpu_id, state, util, used, total, holders in json.loads(encoded)
         ),
     )

@@ -12,9 +12,12 @@ MAX_GPUS = 64
 MAX_PROCESSES_PER_GPU = 512
 MAX_ERRORS = 32
 
-Str64 = Annotated[str, StringConstraints(min_length=1, max_length=64)]
-Str128 = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-Str255 = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+# PostgreSQL text cannot hold NUL, so a "\u0000" in any string is refused here (422)
+# rather than failing the write (about 50 ns a string).
+NO_NUL = r"^[^\x00]*$"
+Str64 = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)]
+Str128 = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
+Str255 = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO_NUL)]
 NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 UsageState = Literal["active", "idle_held", "idle"]
@@ -26,9 +29,9 @@ class _Strict(BaseModel):
 
 class ClaimRequest(_Strict):
     enrollmentToken: Annotated[str, StringConstraints(min_length=1, max_length=512)]
-    hostname: Annotated[str, StringConstraints(max_length=255)] | None = None
-    agentVersion: Annotated[str, StringConstraints(max_length=64)] | None = None
-    driverVersion: Annotated[str, StringConstraints(max_length=64)] | None = None
+    hostname: Annotated[str, StringConstraints(max_length=255, pattern=NO_NUL)] | None = None
+    agentVersion: Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)] | None = None
+    driverVersion: Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)] | None = None
 
     @model_validator(mode="after")
     def _token_not_blank(self) -> Self:
@@ -86,7 +89,7 @@ class SnapshotIn(_Strict):
     schemaVersion: str
     collectionStatus: Literal["ok", "partial", "error"]
     errors: Annotated[list[Str64], Field(max_length=MAX_ERRORS)]
-    observedAt: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    observedAt: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)]
     host: HostIn
     gpus: Annotated[list[GpuIn], Field(max_length=MAX_GPUS)]
 

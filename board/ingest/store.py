@@ -8,7 +8,6 @@ deltas with one statement per table and move the hosts' newest state forward.
 from __future__ import annotations
 
 import enum
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,15 +16,13 @@ from typing import Any
 
 import psycopg
 
-from board.ingest.normalize import (
-    Observation,
-    gpu_state,
-    latest_gpus_json,
-    tick_from_latest_json,
-    tick_of,
-)
+from board.db.pgtext import int_array, text_array
+from board.ingest.normalize import Observation, decode_tick, encode_tick, tick_of
+from board.ingest.rawrows import GpuInfo, GpuKey, copy_raw
 from board.rollups.crediting import GpuTick, RollupDelta, Tick, compute_holders, to_us
 from board.rollups.store import upsert_rollup_delta
+
+__all__ = ["GpuInfo", "GpuKey", "Outcome", "load_ticks", "write_batch"]
 
 
 class Outcome(enum.Enum):
@@ -40,12 +37,10 @@ class _HostRow:
     host_id: int
     revoked: bool
     latest_observed_at: datetime | None
-    latest_gpus: list[dict[str, Any]] | None
+    # The newest observation's tick (normalize.encode_tick), so the in-order case needs
+    # no read of raw samples to credit the interval it closes.
+    latest_tick: str | None
     max_gap_us: int
-
-
-GpuKey = tuple[int, str]  # (host_id, uuid)
-GpuInfo = tuple[int, int, str, int]  # (gpu_id, index, name, memory_total_mb)
 
 
 async def _lock_hosts(
@@ -54,14 +49,14 @@ async def _lock_hosts(
     cur = await conn.execute(
         """
         SELECT h.workspace_id, h.id, h.revoked_at IS NOT NULL, h.latest_observed_at,
-               h.latest_gpus, w.max_sample_gap_seconds
+               h.latest_tick, w.max_sample_gap_seconds
         FROM hosts h
         JOIN workspaces w ON w.id = h.workspace_id
         WHERE (h.workspace_id, h.id) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
         ORDER BY h.workspace_id, h.id
         FOR UPDATE OF h
         """,
-        [[k[0] for k in keys], [k[1] for k in keys]],
+        [int_array(k[0] for k in keys), int_array(k[1] for k in keys)],
     )
     return {
         row[1]: _HostRow(row[0], row[1], row[2], row[3], row[4], int(row[5]) * 1_000_000)
@@ -162,87 +157,11 @@ async def load_ticks(
     }
 
 
-async def _copy_raw(
-    conn: psycopg.AsyncConnection[Any],
-    observations: Sequence[Observation],
-    gpu_ids: dict[GpuKey, GpuInfo],
-) -> None:
-    async with conn.cursor() as cur:
-        async with cur.copy(
-            "COPY host_observations (workspace_id, host_id, observed_at, received_at, "
-            "collection_status, errors, agent_version, driver_version) FROM STDIN"
-        ) as copy:
-            for o in observations:
-                s = o.snapshot
-                await copy.write_row(
-                    (
-                        o.workspace_id,
-                        o.host_id,
-                        o.observed_at,
-                        o.received_at,
-                        s.collectionStatus,
-                        list(s.errors),
-                        s.host.agentVersion,
-                        s.host.driverVersion,
-                    )
-                )
-        async with cur.copy(
-            "COPY gpu_samples (workspace_id, host_id, observed_at, gpu_id, gpu_index, util_pct, "
-            "memory_used_mb, memory_total_mb, temperature_c, power_w, reported_state, state) "
-            "FROM STDIN"
-        ) as copy:
-            for o in observations:
-                for g in o.snapshot.gpus:
-                    await copy.write_row(
-                        (
-                            o.workspace_id,
-                            o.host_id,
-                            o.observed_at,
-                            gpu_ids[(o.host_id, g.uuid)][0],
-                            g.index,
-                            g.utilPct,
-                            g.memoryUsedMb,
-                            g.memoryTotalMb,
-                            g.temperatureC,
-                            g.powerW,
-                            g.usageState,
-                            gpu_state(g),
-                        )
-                    )
-        async with cur.copy(
-            "COPY process_samples (workspace_id, host_id, observed_at, gpu_id, pid, linux_user, "
-            "name, type, memory_used_mb) FROM STDIN"
-        ) as copy:
-            for o in observations:
-                for g in o.snapshot.gpus:
-                    gpu_id = gpu_ids[(o.host_id, g.uuid)][0]
-                    for p in g.processes:
-                        await copy.write_row(
-                            (
-                                o.workspace_id,
-                                o.host_id,
-                                o.observed_at,
-                                gpu_id,
-                                p.pid,
-                                p.linuxUser,
-                                p.name,
-                                p.type or "compute",
-                                p.memoryUsedMb,
-                            )
-                        )
-
-
 async def _advance_latest(
-    conn: psycopg.AsyncConnection[Any],
-    newest: list[Observation],
-    gpu_ids: dict[GpuKey, GpuInfo],
+    conn: psycopg.AsyncConnection[Any], newest: list[tuple[Observation, Tick]]
 ) -> None:
     if not newest:
         return
-    rows = []
-    for o in newest:
-        ids = {g.uuid: gpu_ids[(o.host_id, g.uuid)][0] for g in o.snapshot.gpus}
-        rows.append((o, json.dumps(latest_gpus_json(o, ids))))
     await conn.execute(
         """
         UPDATE hosts h SET
@@ -250,28 +169,28 @@ async def _advance_latest(
             latest_received_at = u.received_at,
             latest_collection_status = u.status,
             latest_errors = string_to_array(u.errors, chr(31)),
-            latest_gpus = u.gpus::jsonb,
+            latest_tick = u.tick,
             hostname = u.hostname,
             agent_version = u.agent_version,
             driver_version = u.driver_version
-        FROM unnest(%b::bigint[], %b::bigint[], %b::timestamptz[], %b::timestamptz[], %b::text[],
-                    %b::text[], %b::text[], %b::text[], %b::text[], %b::text[])
-             AS u(ws, host_id, observed_at, received_at, status, errors, gpus, hostname,
+        FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[],
+                    %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])
+             AS u(ws, host_id, observed_at, received_at, status, errors, tick, hostname,
                   agent_version, driver_version)
         WHERE h.workspace_id = u.ws AND h.id = u.host_id
         """,
         [
-            [o.workspace_id for o, _ in rows],
-            [o.host_id for o, _ in rows],
-            [o.observed_at for o, _ in rows],
-            [o.received_at for o, _ in rows],
-            [o.snapshot.collectionStatus for o, _ in rows],
+            int_array(o.workspace_id for o, _ in newest),
+            int_array(o.host_id for o, _ in newest),
+            text_array(o.observed_at.isoformat() for o, _ in newest),
+            text_array(o.received_at.isoformat() for o, _ in newest),
+            text_array(o.snapshot.collectionStatus for o, _ in newest),
             # Arrays of arrays must be rectangular; join each host's codes instead.
-            [chr(31).join(o.snapshot.errors) for o, _ in rows],
-            [g for _, g in rows],
-            [o.snapshot.host.hostname for o, _ in rows],
-            [o.snapshot.host.agentVersion for o, _ in rows],
-            [o.snapshot.host.driverVersion for o, _ in rows],
+            text_array(chr(31).join(o.snapshot.errors) for o, _ in newest),
+            text_array(encode_tick(t) for _, t in newest),
+            text_array(o.snapshot.host.hostname for o, _ in newest),
+            text_array(o.snapshot.host.agentVersion for o, _ in newest),
+            text_array(o.snapshot.host.driverVersion for o, _ in newest),
         ],
     )
 
@@ -324,46 +243,49 @@ async def write_batch(
     # Group each host's new points by the stored interval they fall into.
     delta = RollupDelta()
     before_keys: list[tuple[int, int, datetime]] = []
-    groups: list[tuple[_HostRow, datetime | None, datetime | None, list[Observation]]] = []
-    newest: list[Observation] = []
+    groups: list[tuple[_HostRow, datetime | None, datetime | None, list[Tick]]] = []
+    newest: list[tuple[Observation, Tick]] = []
     for host_id, idxs in per_host.items():
         if not idxs:
             continue
         host = hosts[host_id]
         ordered = sorted((observations[i] for i in idxs), key=lambda o: o.observed_at)
-        first_group = len(groups)
+        ids = {g.uuid: gpu_cache[(host_id, g.uuid)][0] for o in ordered for g in o.snapshot.gpus}
         current: tuple[datetime | None, datetime | None] | None = None
+        tick = None
         for o in ordered:
             n = neighbours.get((host_id, o.observed_at))
             span = (n[1], n[2]) if n is not None else (host.latest_observed_at, None)
             if span != current:
                 groups.append((host, span[0], span[1], []))
                 current = span
-            groups[-1][3].append(o)
-        for _, before, _, _ in groups[first_group:]:
-            if before is not None and before != host.latest_observed_at:
-                before_keys.append((host.workspace_id, host_id, before))
+                before = span[0]
+                if before is not None and (
+                    before != host.latest_observed_at or not host.latest_tick
+                ):
+                    before_keys.append((host.workspace_id, host_id, before))
+            tick = tick_of(o, ids)
+            groups[-1][3].append(tick)
         if host.latest_observed_at is None or ordered[-1].observed_at > host.latest_observed_at:
-            newest.append(ordered[-1])
+            assert tick is not None
+            newest.append((ordered[-1], tick))
 
     stored_ticks = await load_ticks(conn, sorted(set(before_keys)))
-    for host, before, after, new in groups:
+    for host, before, after, ticks in groups:
         opener: Tick | None = None
         if before is not None:
-            if before == host.latest_observed_at and host.latest_gpus is not None:
-                opener = tick_from_latest_json(host.host_id, to_us(before), host.latest_gpus)
+            if before == host.latest_observed_at and host.latest_tick is not None:
+                opener = decode_tick(host.host_id, to_us(before), host.latest_tick)
             else:
                 opener = stored_ticks.get((host.host_id, before))
-        ids = {g.uuid: gpu_cache[(host.host_id, g.uuid)][0] for o in new for g in o.snapshot.gpus}
-        ticks = [tick_of(o, ids) for o in new]
         delta.credit_insertion(
             opener, ticks, to_us(after) if after is not None else None, host.max_gap_us
         )
 
     if fresh:
-        await _copy_raw(conn, fresh, gpu_cache)
+        await copy_raw(conn, fresh, gpu_cache)
         await upsert_rollup_delta(conn, hosts_workspace(hosts), delta)
-        await _advance_latest(conn, newest, gpu_cache)
+        await _advance_latest(conn, newest)
     for idxs in per_host.values():
         for i in idxs:
             outcomes[i] = Outcome.STORED

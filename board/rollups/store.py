@@ -1,4 +1,8 @@
-"""Writing rollup deltas: one multi-row upsert per table, adding to what is there."""
+"""Writing rollup deltas: one multi-row upsert per table, adding to what is there.
+
+Each column travels as one array literal (board.db.pgtext): formatting it is a single
+join, where binding Python lists costs a dumper call per element.
+"""
 
 from __future__ import annotations
 
@@ -6,58 +10,77 @@ from typing import Any
 
 import psycopg
 
-from board.rollups.crediting import RollupDelta, from_us
+from board.db.pgtext import int_array, text_array
+from board.rollups.crediting import HOUR_US, RollupDelta
+
+_UPSERT_GPU_HOURS = """
+    INSERT INTO gpu_hour_rollups AS r (workspace_id, gpu_id, hour_start, host_id,
+        covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us,
+        memory_total_mb_us, sample_count)
+    SELECT ws, gpu_id, to_timestamp(hour * 3600), host_id, covered_us, active_us,
+           idle_held_us, idle_us, util_pct_us, memory_used_mb_us, memory_total_mb_us,
+           sample_count
+    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
+                %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
+                %s::bigint[], %s::bigint[])
+         AS d(ws, gpu_id, hour, host_id, covered_us, active_us, idle_held_us, idle_us,
+              util_pct_us, memory_used_mb_us, memory_total_mb_us, sample_count)
+    ON CONFLICT (workspace_id, gpu_id, hour_start) DO UPDATE SET
+        covered_us = r.covered_us + EXCLUDED.covered_us,
+        active_us = r.active_us + EXCLUDED.active_us,
+        idle_held_us = r.idle_held_us + EXCLUDED.idle_held_us,
+        idle_us = r.idle_us + EXCLUDED.idle_us,
+        util_pct_us = r.util_pct_us + EXCLUDED.util_pct_us,
+        memory_used_mb_us = r.memory_used_mb_us + EXCLUDED.memory_used_mb_us,
+        memory_total_mb_us = r.memory_total_mb_us + EXCLUDED.memory_total_mb_us,
+        sample_count = r.sample_count + EXCLUDED.sample_count
+"""
+
+_UPSERT_USER_HOURS = """
+    INSERT INTO user_hour_rollups AS r (workspace_id, gpu_id, linux_user, hour_start,
+        host_id, held_us, active_us, idle_held_us)
+    SELECT ws, gpu_id, linux_user, to_timestamp(hour * 3600), host_id, held_us, active_us,
+           idle_held_us
+    FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[],
+                %s::bigint[], %s::bigint[], %s::bigint[])
+         AS d(ws, gpu_id, linux_user, hour, host_id, held_us, active_us, idle_held_us)
+    ON CONFLICT (workspace_id, gpu_id, linux_user, hour_start) DO UPDATE SET
+        held_us = r.held_us + EXCLUDED.held_us,
+        active_us = r.active_us + EXCLUDED.active_us,
+        idle_held_us = r.idle_held_us + EXCLUDED.idle_held_us
+"""
+
+
+def gpu_hour_params(workspace_of_host: dict[int, int], delta: RollupDelta) -> list[str]:
+    """The GPU-hour upsert's columns, in key order (so concurrent upserts never deadlock)."""
+    keys = sorted(delta.gpu)
+    sums = [delta.gpu[k] for k in keys]
+    return [
+        int_array(workspace_of_host[k[0]] for k in keys),
+        int_array(k[1] for k in keys),
+        int_array(k[2] // HOUR_US for k in keys),  # hours since the epoch
+        int_array(k[0] for k in keys),
+        *(int_array(row[i] for row in sums) for i in range(8)),
+    ]
+
+
+def user_hour_params(workspace_of_host: dict[int, int], delta: RollupDelta) -> list[str]:
+    keys = sorted(delta.user)
+    sums = [delta.user[k] for k in keys]
+    return [
+        int_array(workspace_of_host[k[0]] for k in keys),
+        int_array(k[1] for k in keys),
+        text_array(k[2] for k in keys),
+        int_array(k[3] // HOUR_US for k in keys),
+        int_array(k[0] for k in keys),
+        *(int_array(row[i] for row in sums) for i in range(3)),
+    ]
 
 
 async def upsert_rollup_delta(
     conn: psycopg.AsyncConnection[Any], workspace_of_host: dict[int, int], delta: RollupDelta
 ) -> None:
     if delta.gpu:
-        keys = sorted(delta.gpu)
-        cols: list[list[Any]] = [[] for _ in range(12)]
-        for host_id, gpu_id, hour in keys:
-            row = delta.gpu[(host_id, gpu_id, hour)]
-            values = (workspace_of_host[host_id], gpu_id, from_us(hour), host_id, *row)
-            for col, value in zip(cols, values, strict=True):
-                col.append(value)
-        await conn.execute(
-            """
-            INSERT INTO gpu_hour_rollups AS r (workspace_id, gpu_id, hour_start, host_id,
-                covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us,
-                memory_total_mb_us, sample_count)
-            SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::timestamptz[], %b::bigint[],
-                %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],
-                %b::bigint[], %b::bigint[], %b::bigint[])
-            ON CONFLICT (workspace_id, gpu_id, hour_start) DO UPDATE SET
-                covered_us = r.covered_us + EXCLUDED.covered_us,
-                active_us = r.active_us + EXCLUDED.active_us,
-                idle_held_us = r.idle_held_us + EXCLUDED.idle_held_us,
-                idle_us = r.idle_us + EXCLUDED.idle_us,
-                util_pct_us = r.util_pct_us + EXCLUDED.util_pct_us,
-                memory_used_mb_us = r.memory_used_mb_us + EXCLUDED.memory_used_mb_us,
-                memory_total_mb_us = r.memory_total_mb_us + EXCLUDED.memory_total_mb_us,
-                sample_count = r.sample_count + EXCLUDED.sample_count
-            """,
-            cols,
-        )
+        await conn.execute(_UPSERT_GPU_HOURS, gpu_hour_params(workspace_of_host, delta))
     if delta.user:
-        ukeys = sorted(delta.user)
-        ucols: list[list[Any]] = [[] for _ in range(8)]
-        for host_id, gpu_id, user, hour in ukeys:
-            urow = delta.user[(host_id, gpu_id, user, hour)]
-            values = (workspace_of_host[host_id], gpu_id, user, from_us(hour), host_id, *urow)
-            for col, value in zip(ucols, values, strict=True):
-                col.append(value)
-        await conn.execute(
-            """
-            INSERT INTO user_hour_rollups AS r (workspace_id, gpu_id, linux_user, hour_start,
-                host_id, held_us, active_us, idle_held_us)
-            SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::timestamptz[],
-                %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[])
-            ON CONFLICT (workspace_id, gpu_id, linux_user, hour_start) DO UPDATE SET
-                held_us = r.held_us + EXCLUDED.held_us,
-                active_us = r.active_us + EXCLUDED.active_us,
-                idle_held_us = r.idle_held_us + EXCLUDED.idle_held_us
-            """,
-            ucols,
-        )
+        await conn.execute(_UPSERT_USER_HOURS, user_hour_params(workspace_of_host, delta))

@@ -1,0 +1,176 @@
+"""The ingest write path alone: `write_batch` on one connection, no HTTP, no event-loop contention.
+
+    .venv/bin/python bench/write_path.py [--hosts 300] [--rounds 20] [--batch 48] [--profile]
+
+Creates a scratch database (dropped at the end), --hosts hosts, and pushes --rounds
+in-order 8-GPU / 16-process snapshots per host (the payload of bench/ingest.py) through
+`board.ingest.store.write_batch` in transactions of --batch observations, the way the
+group-commit writer does. Prints, per observation: wall time, this process's CPU (the
+board worker's share) and the PostgreSQL backend's CPU (from /proc), plus the cost of
+validating the payload (`SnapshotIn.model_validate_json`) for comparison. --profile
+prints the top of a cProfile of the Python side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import scratch_database, server_version  # noqa: E402
+from ingest import snapshot  # noqa: E402
+
+from board.db.migrate import upgrade  # noqa: E402
+from board.ingest.normalize import Observation  # noqa: E402
+from board.ingest.schemas import SnapshotIn  # noqa: E402
+from board.ingest import store  # noqa: E402
+from board.ingest.store import GpuInfo, GpuKey, write_batch  # noqa: E402
+from board.partitions.maintenance import run_maintenance  # noqa: E402
+
+STEPS = ("_lock_hosts", "copy_raw", "upsert_rollup_delta", "_advance_latest")
+
+
+def backend_cpu(pid: int) -> float:
+    """CPU seconds of one PostgreSQL backend (same machine only; ns resolution)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
+class Steps:
+    """Wall, Python CPU and backend CPU per step of write_batch (steps run one at a time)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.totals: dict[str, list[float]] = {}
+
+    def wrap(self, module: Any, name: str) -> None:
+        inner = getattr(module, name)
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            w, c, p = time.perf_counter(), time.process_time(), backend_cpu(self.pid)
+            try:
+                return await inner(*args, **kwargs)
+            finally:
+                t = self.totals.setdefault(name, [0.0, 0.0, 0.0])
+                t[0] += time.perf_counter() - w
+                t[1] += time.process_time() - c
+                t[2] += backend_cpu(self.pid) - p
+
+        setattr(module, name, timed)
+
+
+async def setup(conn: psycopg.AsyncConnection[Any], hosts: int) -> list[tuple[int, int]]:
+    await run_maintenance(conn, retention_days=35, ahead_days=3)
+    cur = await conn.execute(
+        "INSERT INTO workspaces (slug, name) VALUES ('bench', 'Bench') RETURNING id"
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    workspace_id = int(row[0])
+    cur = await conn.execute(
+        """
+        INSERT INTO hosts (workspace_id, public_id, display_name, agent_token_hash,
+                           agent_token_prefix)
+        SELECT %s, gen_random_uuid(), 'bench-' || i, decode(md5(i::text), 'hex'), 'gua_agent_x'
+        FROM generate_series(1, %s) AS i
+        RETURNING workspace_id, id
+        """,
+        [workspace_id, hosts],
+    )
+    return [(int(r[0]), int(r[1])) for r in await cur.fetchall()]
+
+
+def bodies(hosts: list[tuple[int, int]], rounds: int, start: datetime) -> list[list[bytes]]:
+    """Per round, one body per host; observedAt increases by 30 s a round."""
+    out = []
+    template = json.dumps(snapshot("bench-host"))
+    for r in range(rounds):
+        stamp = (start + timedelta(seconds=30 * r)).isoformat()
+        body = template.replace("@OBSERVED_AT@", stamp).encode()
+        out.append([body] * len(hosts))
+    return out
+
+
+async def run(args: argparse.Namespace, url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        hosts = await setup(conn, args.hosts)
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=30 * args.rounds + 60)
+    per_round = bodies(hosts, args.rounds, start)
+
+    sample = per_round[0][0]
+    t0 = time.process_time()
+    for _ in range(1000):
+        SnapshotIn.model_validate_json(sample)
+    validate_ms = time.process_time() - t0
+
+    batches: list[list[Observation]] = []
+    for round_bodies in per_round:
+        obs = []
+        for (ws, host), body in zip(hosts, round_bodies, strict=True):
+            s = SnapshotIn.model_validate_json(body)
+            obs.append(Observation(ws, host, s.observed_at(), datetime.now(UTC), s))
+        batches.extend(obs[i : i + args.batch] for i in range(0, len(obs), args.batch))
+
+    cache: dict[GpuKey, GpuInfo] = {}
+    profile = cProfile.Profile() if args.profile else None
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        pid = conn.info.backend_pid
+        # The first round creates the GPU rows and opens every host's series: not timed.
+        warm = -(-len(hosts) // args.batch)
+        for batch in batches[:warm]:
+            async with conn.transaction():
+                await write_batch(conn, batch, cache)
+        measured = batches[warm:]
+        steps = Steps(pid)
+        for name in STEPS:
+            steps.wrap(store, name)
+        wall0, cpu0, pg0 = time.perf_counter(), time.process_time(), backend_cpu(pid)
+        if profile is not None:
+            profile.enable()
+        for batch in measured:
+            async with conn.transaction():
+                await write_batch(conn, batch, cache)
+        if profile is not None:
+            profile.disable()
+        total = [time.perf_counter() - wall0, time.process_time() - cpu0, backend_cpu(pid) - pg0]
+    n = sum(len(b) for b in measured)
+    print(f"PostgreSQL {server_version(url)}, Python {sys.version.split()[0]}")
+    print(f"{n} observations in {len(measured)} transactions of up to {args.batch}")
+    print(f"validate (pydantic, one body): {validate_ms:.3f} ms/obs")
+    print(f"{'ms per observation':<22} {'wall':>7} {'Python':>7} {'backend':>7}")
+    rest = list(total)
+    for name, (wall, cpu, pg) in steps.totals.items():
+        print(f"{name:<22} {wall * 1e3 / n:7.3f} {cpu * 1e3 / n:7.3f} {pg * 1e3 / n:7.3f}")
+        rest = [rest[0] - wall, rest[1] - cpu, rest[2] - pg]
+    print(f"{'other (+ commit)':<22} {rest[0] * 1e3 / n:7.3f} {rest[1] * 1e3 / n:7.3f} "
+          f"{rest[2] * 1e3 / n:7.3f}")
+    print(f"{'write_batch total':<22} {total[0] * 1e3 / n:7.3f} {total[1] * 1e3 / n:7.3f} "
+          f"{total[2] * 1e3 / n:7.3f}")
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(35)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hosts", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=48)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    with scratch_database("gua_bench_write") as url:
+        upgrade(url)
+        asyncio.run(run(args, url))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Each host's newest GPUs and processes, read from the raw samples at its newest observation.
+
+Ingest writes only the pointer (`hosts.latest_observed_at`); people read far less often
+than agents push, so the join happens here rather than a JSON copy on every push.
+A host silent for longer than the raw retention has no samples left: no GPUs shown.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+_GPUS = text(
+    """
+    SELECT g.host_id, g.gpu_id, d.uuid, g.gpu_index, d.name, g.state, g.reported_state,
+           g.util_pct, g.memory_used_mb, g.memory_total_mb, g.temperature_c, g.power_w
+    FROM hosts h
+    JOIN gpu_samples g ON g.workspace_id = h.workspace_id AND g.host_id = h.id
+                      AND g.observed_at = h.latest_observed_at
+    JOIN gpus d ON d.workspace_id = g.workspace_id AND d.id = g.gpu_id
+    WHERE h.workspace_id = :ws AND h.id = ANY(:hosts)
+    ORDER BY g.host_id, g.gpu_index, g.gpu_id
+    """
+)
+
+_PROCESSES = text(
+    """
+    SELECT p.host_id, p.gpu_id, p.pid, p.linux_user, p.name, p.type, p.memory_used_mb
+    FROM hosts h
+    JOIN process_samples p ON p.workspace_id = h.workspace_id AND p.host_id = h.id
+                          AND p.observed_at = h.latest_observed_at
+    WHERE h.workspace_id = :ws AND h.id = ANY(:hosts)
+    ORDER BY p.host_id, p.gpu_id, p.pid, p.linux_user, p.name
+    """
+)
+
+
+async def newest_gpus(
+    session: AsyncSession, workspace_id: int, host_ids: list[int]
+) -> dict[int, list[dict[str, Any]]]:
+    """host id -> its GPUs as the hosts API shows them, processes included, by index."""
+    params = {"ws": workspace_id, "hosts": host_ids}
+    processes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for _, gpu_id, pid, user, name, ptype, memory in await session.execute(_PROCESSES, params):
+        processes[gpu_id].append(
+            {"pid": pid, "linuxUser": user, "name": name, "type": ptype, "memoryUsedMb": memory}
+        )
+    gpus: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in await session.execute(_GPUS, params):
+        host_id, gpu_id, uuid, index, name, state, reported, util, used, total, temp, power = row
+        gpus[host_id].append(
+            {
+                "uuid": uuid,
+                "index": index,
+                "name": name,
+                "usageState": state,
+                "reportedUsageState": reported,
+                "utilPct": util,
+                "memoryUsedMb": used,
+                "memoryTotalMb": total,
+                "temperatureC": temp,
+                "powerW": power,
+                "processes": processes.get(gpu_id, []),
+            }
+        )
+    return gpus
