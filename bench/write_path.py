@@ -32,9 +32,9 @@ from _common import scratch_database, server_version  # noqa: E402
 from ingest import snapshot  # noqa: E402
 
 from board.db.migrate import upgrade  # noqa: E402
+from board.ingest import store  # noqa: E402
 from board.ingest.normalize import Observation  # noqa: E402
 from board.ingest.schemas import SnapshotIn  # noqa: E402
-from board.ingest import store  # noqa: E402
 from board.ingest.store import GpuInfo, GpuKey, write_batch  # noqa: E402
 from board.partitions.maintenance import run_maintenance  # noqa: E402
 
@@ -152,10 +152,14 @@ async def run(args: argparse.Namespace, url: str) -> None:
     for name, (wall, cpu, pg) in steps.totals.items():
         print(f"{name:<22} {wall * 1e3 / n:7.3f} {cpu * 1e3 / n:7.3f} {pg * 1e3 / n:7.3f}")
         rest = [rest[0] - wall, rest[1] - cpu, rest[2] - pg]
-    print(f"{'other (+ commit)':<22} {rest[0] * 1e3 / n:7.3f} {rest[1] * 1e3 / n:7.3f} "
-          f"{rest[2] * 1e3 / n:7.3f}")
-    print(f"{'write_batch total':<22} {total[0] * 1e3 / n:7.3f} {total[1] * 1e3 / n:7.3f} "
-          f"{total[2] * 1e3 / n:7.3f}")
+    print(
+        f"{'other (+ commit)':<22} {rest[0] * 1e3 / n:7.3f} {rest[1] * 1e3 / n:7.3f} "
+        f"{rest[2] * 1e3 / n:7.3f}"
+    )
+    print(
+        f"{'write_batch total':<22} {total[0] * 1e3 / n:7.3f} {total[1] * 1e3 / n:7.3f} "
+        f"{total[2] * 1e3 / n:7.3f}"
+    )
     if profile is not None:
         pstats.Stats(profile).sort_stats("cumulative").print_stats(35)
 
