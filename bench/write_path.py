@@ -160,8 +160,23 @@ async def run(args: argparse.Namespace, url: str) -> None:
         f"{'write_batch total':<22} {total[0] * 1e3 / n:7.3f} {total[1] * 1e3 / n:7.3f} "
         f"{total[2] * 1e3 / n:7.3f}"
     )
+    if args.stats:
+        await print_table_stats(url)
     if profile is not None:
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(35)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(40)
+
+
+async def print_table_stats(url: str) -> None:
+    """Row updates and how many were HOT (no index entries written), per table."""
+    await asyncio.sleep(1.0)  # statistics reach the views after a short delay
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE n_tup_upd > 0 OR relname LIKE '%%rollups' ORDER BY relname"
+        )
+        print(f"{'table':<22} {'inserts':>9} {'updates':>9} {'HOT':>9}")
+        for name, ins, upd, hot in await cur.fetchall():
+            print(f"{name:<22} {ins:>9} {upd:>9} {hot:>9}")
 
 
 def main() -> None:
@@ -170,6 +185,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=48)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--stats", action="store_true", help="print per-table update counts")
+    parser.add_argument("--sort", default="cumulative", help="cProfile order (--profile)")
     args = parser.parse_args()
     with scratch_database("gua_bench_write") as url:
         upgrade(url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -29,7 +30,35 @@ from board.workspaces.routes import router as workspaces_router
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None, *, run_maintenance: bool = True) -> FastAPI:
+# The collector's default first threshold (700 allocations) runs a collection every
+# request or two here, since a validated snapshot alone allocates hundreds of containers.
+GC_THRESHOLDS = (10_000, 20, 10)
+
+
+def tune_gc() -> None:
+    """For a serving process: a quieter cyclic collector (docs/benchmarks.md, ingest).
+
+    Everything alive after start-up (modules, the app, pools) is moved out of the
+    collector's reach with gc.freeze(), so a full collection no longer walks several
+    hundred thousand long-lived objects; request garbage is freed by reference counting
+    either way. Measured: 0.82-0.88 -> 0.64-0.69 ms of server CPU per observation.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def create_served_app() -> FastAPI:
+    """The app as `gua-board serve` runs it in each worker process."""
+    return create_app(tune_gc_after_start=True)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    run_maintenance: bool = True,
+    tune_gc_after_start: bool = False,
+) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -42,6 +71,8 @@ def create_app(settings: Settings | None = None, *, run_maintenance: bool = True
         runtime.archives = Archives(runtime)
         await runtime.archives.start()
         task = asyncio.create_task(maintenance_loop(runtime)) if run_maintenance else None
+        if tune_gc_after_start:
+            tune_gc()
         try:
             yield
         finally:

@@ -67,7 +67,7 @@ def serve(args: argparse.Namespace) -> int:
     settings.resolved_secret_key()  # created once here, not raced by workers
     logging.basicConfig(level=settings.log_level.upper())
     uvicorn.run(
-        "board.app:create_app",
+        "board.app:create_served_app",
         factory=True,
         host=args.host,
         port=args.port,
