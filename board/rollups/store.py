@@ -53,27 +53,26 @@ _UPSERT_USER_HOURS = """
 
 def gpu_hour_params(workspace_of_host: dict[int, int], delta: RollupDelta) -> list[str]:
     """The GPU-hour upsert's columns, in key order (so concurrent upserts never deadlock)."""
-    keys = sorted(delta.gpu)
-    sums = [delta.gpu[k] for k in keys]
-    return [
-        int_array(workspace_of_host[k[0]] for k in keys),
-        int_array(k[1] for k in keys),
-        int_array(k[2] // HOUR_US for k in keys),  # hours since the epoch
-        int_array(k[0] for k in keys),
-        *(int_array(row[i] for row in sums) for i in range(8)),
+    rows = [
+        (workspace_of_host[host], gpu, hour // HOUR_US, host, *delta.gpu[(host, gpu, hour)])
+        for host, gpu, hour in sorted(delta.gpu)
     ]
+    return [int_array(column) for column in zip(*rows, strict=True)]
 
 
 def user_hour_params(workspace_of_host: dict[int, int], delta: RollupDelta) -> list[str]:
-    keys = sorted(delta.user)
-    sums = [delta.user[k] for k in keys]
+    rows = []
+    for key in sorted(delta.user):
+        host, gpu, user, hour = key
+        rows.append((workspace_of_host[host], gpu, user, hour // HOUR_US, host, *delta.user[key]))
+    workspaces, gpus, users, hours, hosts, *sums = zip(*rows, strict=True)
     return [
-        int_array(workspace_of_host[k[0]] for k in keys),
-        int_array(k[1] for k in keys),
-        text_array(k[2] for k in keys),
-        int_array(k[3] // HOUR_US for k in keys),
-        int_array(k[0] for k in keys),
-        *(int_array(row[i] for row in sums) for i in range(3)),
+        int_array(workspaces),
+        int_array(gpus),
+        text_array(users),
+        int_array(hours),
+        int_array(hosts),
+        *(int_array(column) for column in sums),
     ]
 
 
