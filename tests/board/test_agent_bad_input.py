@@ -69,6 +69,9 @@ BAD_BODIES = {
         "gpus",
     ),
     "gpus not a list": (_body(gpus={}), 422, "gpus"),
+    # PostgreSQL text cannot hold NUL: refused up front, not a failed write.
+    "NUL in a process name": (_body(gpus__0__processes__0__name="py\u0000thon"), 422, "NUL"),
+    "NUL in the hostname": (_body(host__hostname="vm\u0000"), 422, "hostname"),
 }
 
 

@@ -204,3 +204,35 @@ async def test_revoked_host_gets_401_and_keeps_history(app, client) -> None:
     assert await scalar(app, "SELECT count(*) FROM host_observations") == 1
     shown = await _host(client, tenant, host["hostId"])
     assert shown["revokedAt"] is not None
+
+
+# Characters that mean something in COPY lines or array literals, and non-ASCII text.
+AWKWARD = ["tab\there", "new\nline\r", "back\\slash", 'say "hi"', "{a,b}", "NULL", "naïve 名前"]
+
+
+async def test_awkward_strings_are_stored_and_shown_exactly(app, client) -> None:
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant)
+    body = retimed(example("observation-1.8.0-fake.json"), minutes_ago(2))
+    processes = body["gpus"][0]["processes"]
+    body["gpus"][0]["processes"] = [
+        dict(processes[0], pid=100 + i, linuxUser=text, name=text[::-1])
+        for i, text in enumerate(AWKWARD)
+    ]
+    body["host"]["agentVersion"] = "1.8.0\tdev\\x"
+    body["collectionStatus"], body["errors"] = "partial", ['odd "code"', "a,b", "\\"]
+    assert (await push(client, host["agentToken"], body)).status_code == 202
+    # A second push closes the interval, so the rollups bill the odd user names too.
+    later = retimed(body, minutes_ago(1))
+    assert (await push(client, host["agentToken"], later)).status_code == 202
+
+    shown = await _host(client, tenant, host["hostId"])
+    assert [(p["linuxUser"], p["name"]) for p in shown["gpus"][0]["processes"]] == [
+        (text, text[::-1]) for text in AWKWARD
+    ]
+    assert shown["agentVersion"] == "1.8.0\tdev\\x"
+    assert shown["errors"] == ['odd "code"', "a,b", "\\"]
+    billed = await scalar(app, "SELECT array_agg(DISTINCT linux_user) FROM user_hour_rollups")
+    assert set(AWKWARD) <= set(billed)
+    errors = await scalar(app, "SELECT errors FROM host_observations ORDER BY observed_at LIMIT 1")
+    assert errors == ['odd "code"', "a,b", "\\"]
