@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import secrets
@@ -40,7 +39,7 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from board.app import create_app  # noqa: E402
+from board.app import create_app, tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
 from board.reports import params, service  # noqa: E402
 from board.rollups.daily import refresh_day_rollups  # noqa: E402
@@ -191,6 +190,7 @@ async def timed(fn: Callable[[], Awaitable[Any]], repeat: int) -> tuple[float, f
 
 
 async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> list[list[str]]:
+    tune_gc()  # as `gua-board serve` does in each worker process
     day = end.date()
     windows = {
         30: params.parse_window((day - timedelta(days=30)).isoformat(), day.isoformat(), None),
@@ -228,7 +228,7 @@ async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> li
             async def run_json(call: Any = call) -> Any:
                 report = await call(conn)
                 await conn.commit()
-                return json.dumps(report.as_json(), separators=(",", ":"))
+                return report.to_json()
 
             jmedian, jp95, _ = await timed(run_json, repeat)
             table.append(
@@ -276,28 +276,50 @@ async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> li
     return table
 
 
+def kept_fleet(url: str) -> tuple[int, datetime]:
+    """The workspace id and the end of the loaded days of a kept database."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT w.id, max(d.day_start) + interval '1 day' FROM workspaces w "
+            "JOIN gpu_day_rollups d ON d.workspace_id = w.id WHERE w.slug = 'bench' "
+            "GROUP BY w.id"
+        ).fetchone()
+    if row is None:
+        raise SystemExit("no benchmark fleet in that database")
+    return int(row[0]), row[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument(
+        "--database", help="time against a database kept by an earlier --keep run (no load)"
+    )
     args = parser.parse_args()
 
     admin = server_url()
-    name = f"gua_bench_reports_{secrets.token_hex(4)}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    name = args.database or f"gua_bench_reports_{secrets.token_hex(4)}"
     url = with_db(admin, name)
+    if args.database:
+        args.keep = True
+    else:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         upgrade(url)
-        end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        t0 = time.perf_counter()
-        workspace_id, gpu_rows, user_rows = load_fleet(url, args.days, end)
-        print(
-            f"loaded {HOSTS} hosts, {HOSTS * GPUS_PER_HOST} GPUs, {args.days} days: "
-            f"{gpu_rows:,} GPU-hour rows, {user_rows:,} user-hour rows "
-            f"in {time.perf_counter() - t0:.0f} s"
-        )
+        if args.database:
+            workspace_id, end = kept_fleet(url)
+        else:
+            end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            t0 = time.perf_counter()
+            workspace_id, gpu_rows, user_rows = load_fleet(url, args.days, end)
+            print(
+                f"loaded {HOSTS} hosts, {HOSTS * GPUS_PER_HOST} GPUs, {args.days} days: "
+                f"{gpu_rows:,} GPU-hour rows, {user_rows:,} user-hour rows "
+                f"in {time.perf_counter() - t0:.0f} s"
+            )
         table = asyncio.run(measure(url, workspace_id, end, args.repeat))
         header = [
             "report",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import psycopg
@@ -41,9 +40,7 @@ def _respond(ctx: WorkspaceContext, name: str, report: service.Report, fmt: str)
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         )
-    return Response(
-        json.dumps(report.as_json(), separators=(",", ":")), media_type="application/json"
-    )
+    return Response(report.to_json(), media_type="application/json")
 
 
 @router.get("/usage")
