@@ -1,10 +1,10 @@
-"""The ingest write path alone: `write_batch` on one connection, no HTTP, no event-loop contention.
+"""The ingest write path alone: `store_batch` on one connection, no HTTP, no contention.
 
     .venv/bin/python bench/write_path.py [--hosts 300] [--rounds 20] [--batch 48] [--profile]
 
 Creates a scratch database (dropped at the end), --hosts hosts, and pushes --rounds
 in-order 8-GPU / 16-process snapshots per host (the payload of bench/ingest.py) through
-`board.ingest.store.write_batch` in transactions of --batch observations, the way the
+`board.ingest.store.store_batch` in transactions of --batch observations, the way the
 group-commit writer does. Prints, per observation: wall time, this process's CPU (the
 board worker's share) and the PostgreSQL backend's CPU (from /proc), plus the cost of
 validating the payload (`SnapshotIn.model_validate_json`) for comparison. --profile
@@ -32,41 +32,15 @@ from _common import scratch_database, server_version  # noqa: E402
 from ingest import snapshot  # noqa: E402
 
 from board.db.migrate import upgrade  # noqa: E402
-from board.ingest import store  # noqa: E402
 from board.ingest.normalize import Observation  # noqa: E402
 from board.ingest.schemas import SnapshotIn  # noqa: E402
-from board.ingest.store import GpuInfo, GpuKey, write_batch  # noqa: E402
+from board.ingest.store import GpuInfo, GpuKey, store_batch  # noqa: E402
 from board.partitions.maintenance import run_maintenance  # noqa: E402
-
-STEPS = ("_lock_hosts", "copy_raw", "upsert_rollup_delta", "_advance_latest")
 
 
 def backend_cpu(pid: int) -> float:
     """CPU seconds of one PostgreSQL backend (same machine only; ns resolution)."""
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
-
-
-class Steps:
-    """Wall, Python CPU and backend CPU per step of write_batch (steps run one at a time)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.totals: dict[str, list[float]] = {}
-
-    def wrap(self, module: Any, name: str) -> None:
-        inner = getattr(module, name)
-
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            w, c, p = time.perf_counter(), time.process_time(), backend_cpu(self.pid)
-            try:
-                return await inner(*args, **kwargs)
-            finally:
-                t = self.totals.setdefault(name, [0.0, 0.0, 0.0])
-                t[0] += time.perf_counter() - w
-                t[1] += time.process_time() - c
-                t[2] += backend_cpu(self.pid) - p
-
-        setattr(module, name, timed)
 
 
 async def setup(conn: psycopg.AsyncConnection[Any], hosts: int) -> list[tuple[int, int]]:
@@ -128,18 +102,13 @@ async def run(args: argparse.Namespace, url: str) -> None:
         # The first round creates the GPU rows and opens every host's series: not timed.
         warm = -(-len(hosts) // args.batch)
         for batch in batches[:warm]:
-            async with conn.transaction():
-                await write_batch(conn, batch, cache)
+            await store_batch(conn, batch, cache)
         measured = batches[warm:]
-        steps = Steps(pid)
-        for name in STEPS:
-            steps.wrap(store, name)
         wall0, cpu0, pg0 = time.perf_counter(), time.process_time(), backend_cpu(pid)
         if profile is not None:
             profile.enable()
         for batch in measured:
-            async with conn.transaction():
-                await write_batch(conn, batch, cache)
+            await store_batch(conn, batch, cache)
         if profile is not None:
             profile.disable()
         total = [time.perf_counter() - wall0, time.process_time() - cpu0, backend_cpu(pid) - pg0]
@@ -147,19 +116,10 @@ async def run(args: argparse.Namespace, url: str) -> None:
     print(f"PostgreSQL {server_version(url)}, Python {sys.version.split()[0]}")
     print(f"{n} observations in {len(measured)} transactions of up to {args.batch}")
     print(f"validate (pydantic, one body): {validate_ms:.3f} ms/obs")
-    print(f"{'ms per observation':<22} {'wall':>7} {'Python':>7} {'backend':>7}")
-    rest = list(total)
-    for name, (wall, cpu, pg) in steps.totals.items():
-        print(f"{name:<22} {wall * 1e3 / n:7.3f} {cpu * 1e3 / n:7.3f} {pg * 1e3 / n:7.3f}")
-        rest = [rest[0] - wall, rest[1] - cpu, rest[2] - pg]
-    print(
-        f"{'other (+ commit)':<22} {rest[0] * 1e3 / n:7.3f} {rest[1] * 1e3 / n:7.3f} "
-        f"{rest[2] * 1e3 / n:7.3f}"
-    )
-    print(
-        f"{'write_batch total':<22} {total[0] * 1e3 / n:7.3f} {total[1] * 1e3 / n:7.3f} "
-        f"{total[2] * 1e3 / n:7.3f}"
-    )
+    print("ms per observation:")
+    print(f"  wall                {total[0] * 1e3 / n:7.3f}")
+    print(f"  Python CPU          {total[1] * 1e3 / n:7.3f}")
+    print(f"  PostgreSQL backend  {total[2] * 1e3 / n:7.3f}")
     if args.stats:
         await print_table_stats(url)
     if profile is not None:

@@ -1,32 +1,22 @@
-"""PostgreSQL's text formats built with str.join: COPY lines and array literals.
+"""PostgreSQL array literals built with str.join, for `%s::bigint[]`-style parameters.
 
-The ingest path formats tens of thousands of values a second. psycopg's dumpers make
-a Python call per value (and per array element); these helpers format a whole column
-or row with one join over C-level str() calls, and PostgreSQL parses the text itself.
-Only ints and strs go in: every caller formats its own timestamps and nulls.
+The ingest path binds tens of thousands of values a second. psycopg's dumpers make a
+Python call per value and per array element; these helpers format a whole column with
+one join over C-level str() calls, and PostgreSQL parses the literal itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-# COPY's text format: a backslash starts an escape; tab, newline and CR delimit.
-COPY_NULL = "\\N"
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def copy_text(value: str) -> str:
-    """A string as one field of a COPY text line."""
-    return value.translate(_COPY_ESCAPES)
-
-
-def copy_int(value: int | None) -> str:
-    return COPY_NULL if value is None else str(value)
-
 
 def int_array(values: Iterable[int]) -> str:
-    """`{1,2,3}`: an array literal of integers, for a `%s::bigint[]` parameter."""
+    """`{1,2,3}`: an array literal of integers."""
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def nullable_int_array(values: Iterable[int | None]) -> str:
+    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
 
 
 def _quoted(value: str) -> str:
@@ -36,3 +26,7 @@ def _quoted(value: str) -> str:
 def text_array(values: Iterable[str]) -> str:
     """`{"a","b"}`: an array literal of strings, each quoted (so `NULL` stays a string)."""
     return "{" + ",".join(map(_quoted, values)) + "}"
+
+
+def nullable_text_array(values: Iterable[str | None]) -> str:
+    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"

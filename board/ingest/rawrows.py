@@ -1,7 +1,10 @@
-"""A batch's raw rows as COPY text: one buffer per table, sent with one write each.
+"""A batch's raw rows: one `INSERT … SELECT FROM unnest(…)` per table.
 
-Formatting the lines here costs a fraction of psycopg's `write_row`, which dumps every
-value through a Python call (25 rows of ~10 values for each 8-GPU observation).
+Each column travels as one array literal (board.db.pgtext). Unlike COPY (two round
+trips per table, and not allowed in pipeline mode) these statements go out with the
+rollup upserts, the host update and the COMMIT in the batch's last round trip; on this
+two-core machine that won more than COPY's cheaper parsing in PostgreSQL costs
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -11,68 +14,108 @@ from typing import Any
 
 import psycopg
 
-from board.db.pgtext import COPY_NULL, copy_int, copy_text, text_array
+from board.db.pgtext import int_array, nullable_int_array, nullable_text_array, text_array
 from board.ingest.normalize import Observation, gpu_state
 
 GpuKey = tuple[int, str]  # (host_id, uuid)
 GpuInfo = tuple[int, int, str, int]  # (gpu_id, index, name, memory_total_mb)
 
-_COPY_OBSERVATIONS = (
-    "COPY host_observations (workspace_id, host_id, observed_at, received_at, "
-    "collection_status, errors, agent_version, driver_version) FROM STDIN"
-)
-_COPY_GPUS = (
-    "COPY gpu_samples (workspace_id, host_id, observed_at, gpu_id, gpu_index, util_pct, "
-    "memory_used_mb, memory_total_mb, temperature_c, power_w, reported_state, state) FROM STDIN"
-)
-_COPY_PROCESSES = (
-    "COPY process_samples (workspace_id, host_id, observed_at, gpu_id, pid, linux_user, "
-    "name, type, memory_used_mb) FROM STDIN"
-)
+_OBSERVATIONS = """
+    INSERT INTO host_observations (workspace_id, host_id, observed_at, received_at,
+        collection_status, errors, agent_version, driver_version)
+    SELECT ws, host_id, observed_at, received_at, status, string_to_array(errors, chr(31)),
+           agent_version, driver_version
+    FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+                %s::text[], %s::text[], %s::text[])
+         AS o(ws, host_id, observed_at, received_at, status, errors, agent_version,
+              driver_version)
+"""
+
+_GPUS = """
+    INSERT INTO gpu_samples (workspace_id, host_id, observed_at, gpu_id, gpu_index, util_pct,
+        memory_used_mb, memory_total_mb, temperature_c, power_w, reported_state, state)
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::bigint[],
+        %s::smallint[], %s::smallint[], %s::int[], %s::int[], %s::smallint[], %s::int[],
+        %s::text[], %s::text[])
+"""
+
+_PROCESSES = """
+    INSERT INTO process_samples (workspace_id, host_id, observed_at, gpu_id, pid, linux_user,
+        name, type, memory_used_mb)
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::bigint[],
+        %s::int[], %s::text[], %s::text[], %s::text[], %s::bigint[])
+"""
 
 
-def raw_lines(
+def observation_params(observations: Sequence[Observation]) -> list[str]:
+    return [
+        int_array(o.workspace_id for o in observations),
+        int_array(o.host_id for o in observations),
+        text_array(o.observed_at.isoformat() for o in observations),
+        text_array(o.received_at.isoformat() for o in observations),
+        text_array(o.snapshot.collectionStatus for o in observations),
+        # Arrays of arrays must be rectangular; join each observation's codes instead.
+        text_array(chr(31).join(o.snapshot.errors) for o in observations),
+        text_array(o.snapshot.host.agentVersion for o in observations),
+        text_array(o.snapshot.host.driverVersion for o in observations),
+    ]
+
+
+def sample_params(
     observations: Sequence[Observation], gpu_ids: dict[GpuKey, GpuInfo]
-) -> tuple[str, str, str]:
-    """COPY text for host_observations, gpu_samples and process_samples."""
-    hosts: list[str] = []
-    gpus: list[str] = []
-    processes: list[str] = []
+) -> tuple[list[str] | None, list[str] | None]:
+    """The gpu_samples and process_samples columns (None when there are no rows)."""
+    gpus: list[tuple[Any, ...]] = []
+    processes: list[tuple[Any, ...]] = []
     for o in observations:
-        s = o.snapshot
-        key = f"{o.workspace_id}\t{o.host_id}\t{o.observed_at.isoformat()}\t"
-        hosts.append(
-            f"{key}{o.received_at.isoformat()}\t{s.collectionStatus}\t"
-            f"{copy_text(text_array(s.errors))}\t{copy_text(s.host.agentVersion)}\t"
-            f"{copy_text(s.host.driverVersion)}\n"
-        )
-        for g in s.gpus:
-            gpu_key = f"{key}{gpu_ids[(o.host_id, g.uuid)][0]}\t"
+        ws, host, at = o.workspace_id, o.host_id, o.observed_at.isoformat()
+        for g in o.snapshot.gpus:
+            gpu_id = gpu_ids[(host, g.uuid)][0]
             gpus.append(
-                f"{gpu_key}{g.index}\t{g.utilPct}\t{g.memoryUsedMb}\t{g.memoryTotalMb}\t"
-                f"{copy_int(g.temperatureC)}\t{copy_int(g.powerW)}\t"
-                f"{g.usageState or COPY_NULL}\t{gpu_state(g)}\n"
-            )
+                (ws, host, at, gpu_id, g.index, g.utilPct, g.memoryUsedMb, g.memoryTotalMb,
+                 g.temperatureC, g.powerW, g.usageState, gpu_state(g))
+            )  # fmt: skip
             for p in g.processes:
                 processes.append(
-                    f"{gpu_key}{p.pid}\t{copy_text(p.linuxUser)}\t{copy_text(p.name)}\t"
-                    f"{p.type or 'compute'}\t{copy_int(p.memoryUsedMb)}\n"
-                )
-    return "".join(hosts), "".join(gpus), "".join(processes)
+                    (ws, host, at, gpu_id, p.pid, p.linuxUser, p.name, p.type or "compute",
+                     p.memoryUsedMb)
+                )  # fmt: skip
+    gpu_columns = None
+    if gpus:
+        ws_, host_, at_, gpu_, index, util, used, total, temp, power, reported, state = zip(
+            *gpus, strict=True
+        )
+        gpu_columns = [
+            *(int_array(c) for c in (ws_, host_)),
+            text_array(at_),
+            *(int_array(c) for c in (gpu_, index, util, used, total)),
+            nullable_int_array(temp),
+            nullable_int_array(power),
+            nullable_text_array(reported),
+            text_array(state),
+        ]
+    process_columns = None
+    if processes:
+        ws_, host_, at_, gpu_, pid, user, name, ptype, memory = zip(*processes, strict=True)
+        process_columns = [
+            *(int_array(c) for c in (ws_, host_)),
+            text_array(at_),
+            *(int_array(c) for c in (gpu_, pid)),
+            *(text_array(c) for c in (user, name, ptype)),
+            nullable_int_array(memory),
+        ]
+    return gpu_columns, process_columns
 
 
-async def copy_raw(
+async def insert_raw(
     conn: psycopg.AsyncConnection[Any],
     observations: Sequence[Observation],
     gpu_ids: dict[GpuKey, GpuInfo],
 ) -> None:
-    tables = zip(
-        (_COPY_OBSERVATIONS, _COPY_GPUS, _COPY_PROCESSES),
-        raw_lines(observations, gpu_ids),
-        strict=True,
-    )
-    async with conn.cursor() as cur:
-        for statement, data in tables:
-            if data:
-                async with cur.copy(statement) as copy:
-                    await copy.write(data)
+    """host_observations, gpu_samples and process_samples rows of the batch."""
+    await conn.execute(_OBSERVATIONS, observation_params(observations))
+    gpu_columns, process_columns = sample_params(observations, gpu_ids)
+    if gpu_columns is not None:
+        await conn.execute(_GPUS, gpu_columns)
+    if process_columns is not None:
+        await conn.execute(_PROCESSES, process_columns)

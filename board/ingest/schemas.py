@@ -63,7 +63,9 @@ class GpuIn(_Strict):
     memoryTotalMb: Annotated[int, Field(gt=0, le=2**31 - 1)]
     memoryUsedMb: NonNegInt
     utilPct: Annotated[int, Field(ge=0, le=100)]
-    temperatureC: NonNegInt | None
+    # Stored as smallint: no GPU reads 32,768 °C, and a bogus sensor value gets a 422
+    # that says so instead of failing the write.
+    temperatureC: Annotated[int, Field(ge=0, le=32767)] | None
     powerW: NonNegInt | None
     usageState: UsageState | None = None
     processes: Annotated[list[ProcessIn], Field(max_length=MAX_PROCESSES_PER_GPU)]

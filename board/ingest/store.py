@@ -1,8 +1,12 @@
-"""The write path: many observations, one transaction, a handful of statements.
+"""The write path: many observations, one transaction, two round trips.
 
 Per batch: lock the hosts (in key order, so batches never deadlock), resolve GPU ids,
-look up neighbours only for out-of-order points, COPY the raw rows, upsert the rollup
-deltas with one statement per table and move the hosts' newest state forward.
+look up neighbours only for out-of-order points, then insert the raw rows, upsert the
+rollup deltas with one statement per table, move the hosts' newest state forward and
+commit. psycopg's pipeline mode sends BEGIN with the lock and everything after it in
+one go: on a small machine each round trip also waits for the event loop (busy parsing
+other requests) and for the backend to be scheduled, and that latency, not CPU, was
+what limited a writer (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ import psycopg
 
 from board.db.pgtext import int_array, text_array
 from board.ingest.normalize import Observation, decode_tick, encode_tick, tick_of
-from board.ingest.rawrows import GpuInfo, GpuKey, copy_raw
+from board.ingest.rawrows import GpuInfo, GpuKey, insert_raw
 from board.rollups.crediting import GpuTick, RollupDelta, Tick, compute_holders, to_us
 from board.rollups.store import upsert_rollup_delta
 
-__all__ = ["GpuInfo", "GpuKey", "Outcome", "load_ticks", "write_batch"]
+__all__ = ["GpuInfo", "GpuKey", "Outcome", "load_ticks", "store_batch"]
 
 
 class Outcome(enum.Enum):
@@ -195,14 +199,33 @@ async def _advance_latest(
     )
 
 
-async def write_batch(
+async def store_batch(
     conn: psycopg.AsyncConnection[Any],
     observations: Sequence[Observation],
     gpu_cache: dict[GpuKey, GpuInfo],
 ) -> list[Outcome]:
-    """Store a batch inside the caller's transaction; one outcome per observation."""
+    """Store a batch in one transaction and commit it; one outcome per observation.
+
+    `conn` must not be in autocommit mode or in a transaction; on any error the
+    transaction is rolled back and the error raised.
+    """
+    keys = sorted({(o.workspace_id, o.host_id) for o in observations})
+    try:
+        async with conn.pipeline():  # BEGIN travels with the lock
+            hosts = await _lock_hosts(conn, keys)
+        return await _write_locked(conn, observations, hosts, gpu_cache)
+    except BaseException:
+        await conn.rollback()
+        raise
+
+
+async def _write_locked(
+    conn: psycopg.AsyncConnection[Any],
+    observations: Sequence[Observation],
+    hosts: dict[int, _HostRow],
+    gpu_cache: dict[GpuKey, GpuInfo],
+) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(observations)
-    hosts = await _lock_hosts(conn, sorted({(o.workspace_id, o.host_id) for o in observations}))
 
     per_host: dict[int, list[int]] = defaultdict(list)
     for i, o in enumerate(observations):
@@ -282,10 +305,12 @@ async def write_batch(
             opener, ticks, to_us(after) if after is not None else None, host.max_gap_us
         )
 
-    if fresh:
-        await copy_raw(conn, fresh, gpu_cache)
-        await upsert_rollup_delta(conn, hosts_workspace(hosts), delta)
-        await _advance_latest(conn, newest)
+    async with conn.pipeline():  # one round trip: all the writes and COMMIT
+        if fresh:
+            await insert_raw(conn, fresh, gpu_cache)
+            await upsert_rollup_delta(conn, hosts_workspace(hosts), delta)
+            await _advance_latest(conn, newest)
+        await conn.commit()
     for idxs in per_host.values():
         for i in idxs:
             outcomes[i] = Outcome.STORED

@@ -16,7 +16,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from board.ingest.normalize import Observation
-from board.ingest.store import GpuInfo, GpuKey, Outcome, write_batch
+from board.ingest.store import GpuInfo, GpuKey, Outcome, store_batch
 from board.partitions.maintenance import create_partitions, existing_partitions
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,10 @@ _Item = tuple[Observation, "asyncio.Future[Outcome]"]
 
 
 class IngestWriter:
-    def __init__(self, pool: AsyncConnectionPool[Any], max_batch: int = 256, writers: int = 2):
+    # One writer task per process: its batches are twice as large as with two, which
+    # costs less CPU per observation, and with two round trips per transaction a single
+    # writer keeps up (two gave the same throughput at a worse p99; docs/benchmarks.md).
+    def __init__(self, pool: AsyncConnectionPool[Any], max_batch: int = 256, writers: int = 1):
         self._pool = pool
         self._max_batch = max_batch
         self._writers = writers
@@ -80,8 +83,7 @@ class IngestWriter:
     async def _transaction(self, observations: list[Observation]) -> list[Outcome]:
         await self._ensure_partitions({o.observed_at.astimezone(UTC).date() for o in observations})
         async with self._pool.connection() as conn:
-            async with conn.transaction():
-                return await write_batch(conn, observations, self._gpu_cache)
+            return await store_batch(conn, observations, self._gpu_cache)
 
     async def _ensure_partitions(self, days: set[date]) -> None:
         """Partitions normally exist already (maintenance); this covers a lagging schedule."""

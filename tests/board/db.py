@@ -20,3 +20,9 @@ async def rows(app: Any, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     async with runtime.pool.connection() as conn:
         cur = await conn.execute(sql, list(params))
         return list(await cur.fetchall())
+
+
+async def execute(app: Any, sql: str, *params: Any) -> None:
+    runtime: Runtime = app.state.runtime
+    async with runtime.pool.connection() as conn:
+        await conn.execute(sql, list(params))

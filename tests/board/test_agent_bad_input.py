@@ -72,6 +72,7 @@ BAD_BODIES = {
     # PostgreSQL text cannot hold NUL: refused up front, not a failed write.
     "NUL in a process name": (_body(gpus__0__processes__0__name="py\u0000thon"), 422, "NUL"),
     "NUL in the hostname": (_body(host__hostname="vm\u0000"), 422, "hostname"),
+    "temperature beyond smallint": (_body(gpus__0__temperatureC=40000), 422, "temperatureC"),
 }
 
 
