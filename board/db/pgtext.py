@@ -24,9 +24,18 @@ def _quoted(value: str) -> str:
 
 
 def text_array(values: Iterable[str]) -> str:
-    """`{"a","b"}`: an array literal of strings, each quoted (so `NULL` stays a string)."""
-    return "{" + ",".join(map(_quoted, values)) + "}"
+    """`{"a","b"}`: an array literal of strings, each quoted (so `NULL` stays a string).
+
+    A column repeats a handful of values (users, process names, one timestamp per
+    observation), so each distinct value is quoted once.
+    """
+    column = list(values)
+    quoted = {v: _quoted(v) for v in set(column)}
+    return "{" + ",".join(map(quoted.__getitem__, column)) + "}"
 
 
 def nullable_text_array(values: Iterable[str | None]) -> str:
-    return "{" + ",".join("NULL" if v is None else _quoted(v) for v in values) + "}"
+    column = list(values)
+    quoted: dict[str | None, str] = {v: _quoted(v) for v in set(column) if v is not None}
+    quoted[None] = "NULL"
+    return "{" + ",".join(map(quoted.__getitem__, column)) + "}"
