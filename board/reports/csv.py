@@ -21,5 +21,5 @@ def render_csv(report: Report) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(report.columns)
-    writer.writerows([_cell(v) for v in row] for row in report.rows)
+    writer.writerows([_cell(row[c]) for c in report.columns] for row in report.rows)
     return out.getvalue()

@@ -61,17 +61,18 @@ def ratio(part: float, whole: float) -> float | None:
 
 @dataclass
 class Report:
-    """A report's rows as tuples in `columns` order, plus the fields around them."""
+    """A report's rows as the JSON objects (keys in `columns` order, which the CSV
+    header follows), plus the fields around them."""
 
     head: dict[str, Any]
     columns: tuple[str, ...]
-    rows: list[tuple[Any, ...]]
+    rows: list[dict[str, Any]]
     coverage: dict[str, Any]
     totals: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         body: dict[str, Any] = dict(self.head)
-        body["rows"] = [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+        body["rows"] = self.rows
         if self.totals is not None:
             body["totals"] = self.totals
         body["coverage"] = self.coverage
@@ -209,11 +210,11 @@ async def usage_report(
     names = await _Names.load(conn, workspace_id, host_ids, gpu_ids)
     values, order = _key_builder(keys, columns, names)
 
-    rows: list[tuple[Any, ...]] = []
+    ordered: list[tuple[Any, ...]] = []
     for key, (held, active, idle_held, covered) in figures.items():
         row = values(key) + (hours(held), hours(active), hours(idle_held), ratio(idle_held, held))
-        rows.append(row + (hours(covered),) if with_covered else row)
-    rows.sort(key=order)
+        ordered.append(row + (hours(covered),) if with_covered else row)
+    ordered.sort(key=order)
 
     held_total = sum(f[0] for f in figures.values())
     idle_total = sum(f[2] for f in figures.values())
@@ -230,8 +231,9 @@ async def usage_report(
         "tz": window.tz_name,
     }
     key_fields = _unique([f for k in keys for f in KEY_FIELDS[k]])
-    extra_figures = ("coveredGpuHours",) if with_covered else ()
-    return Report(head, key_fields + USAGE_FIGURES + extra_figures, rows, coverage, totals)
+    columns = key_fields + USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ())
+    rows = [dict(zip(columns, row, strict=True)) for row in ordered]
+    return Report(head, columns, rows, coverage, totals)
 
 
 async def utilization_report(
@@ -269,14 +271,27 @@ async def utilization_report(
         keyed.append((order(fields), fields, block))
     keyed.sort(key=lambda item: item[0])
 
+    # Up to 90,000 rows: each object is built once, from its block's key fields.
     starts: dict[int, str] = {}
-    rows: list[tuple[Any, ...]] = []
+    rows: list[dict[str, Any]] = []
     for _, fields, block in keyed:
-        for r in block:
-            start = starts.get(r[1])
+        keys = dict(zip(KEY_FIELDS[group], fields, strict=True))
+        for _, epoch, covered, active, idle_held, idle, util, memory in block:
+            start = starts.get(epoch)
             if start is None:
-                start = starts[r[1]] = window.local(from_epoch(r[1])).isoformat()
-            rows.append((*fields, start, *r[2:]))
+                start = starts[epoch] = window.local(from_epoch(epoch)).isoformat()
+            rows.append(
+                {
+                    **keys,
+                    "bucketStart": start,
+                    "coveredHours": covered,
+                    "activeHours": active,
+                    "idleHeldHours": idle_held,
+                    "idleHours": idle,
+                    "avgUtilPct": util,
+                    "avgMemoryUsedPct": memory,
+                }
+            )
     head = {
         "from": window.local(window.start).isoformat(),
         "to": window.local(window.end).isoformat(),

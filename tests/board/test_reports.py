@@ -249,6 +249,17 @@ async def test_csv_has_the_same_rows(app, client) -> None:
         "avgUtilPct",
         "avgMemoryUsedPct",
     ]
+    # The JSON objects carry the same fields in the same order, with the same values.
+    body = await report(
+        client,
+        tenant,
+        "utilization",
+        **{"from": _day(-1), "to": _day(1), "groupBy": "gpu"},
+    )
+    assert [list(row) for row in body["rows"]] == [header] * len(body["rows"])
+    first = util.text.splitlines()[1].split(",")
+    assert first[:6] == [str(v) for v in list(body["rows"][0].values())[:6]]
+    assert [float(v) for v in first[6:]] == list(body["rows"][0].values())[6:]
 
 
 async def test_empty_window_answers_empty_rows(app, client) -> None:
