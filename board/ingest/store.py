@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -203,17 +203,19 @@ async def store_batch(
     conn: psycopg.AsyncConnection[Any],
     observations: Sequence[Observation],
     gpu_cache: dict[GpuKey, GpuInfo],
+    prepared: Callable[[], None] | None = None,
 ) -> list[Outcome]:
     """Store a batch in one transaction and commit it; one outcome per observation.
 
     `conn` must not be in autocommit mode or in a transaction; on any error the
-    transaction is rolled back and the error raised.
+    transaction is rolled back and the error raised. `prepared` is called once the
+    batch's writes are computed, just before they are sent with the COMMIT.
     """
     keys = sorted({(o.workspace_id, o.host_id) for o in observations})
     try:
         async with conn.pipeline():  # BEGIN travels with the lock
             hosts = await _lock_hosts(conn, keys)
-        return await _write_locked(conn, observations, hosts, gpu_cache)
+        return await _write_locked(conn, observations, hosts, gpu_cache, prepared)
     except BaseException:
         await conn.rollback()
         raise
@@ -224,6 +226,7 @@ async def _write_locked(
     observations: Sequence[Observation],
     hosts: dict[int, _HostRow],
     gpu_cache: dict[GpuKey, GpuInfo],
+    prepared: Callable[[], None] | None,
 ) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(observations)
 
@@ -305,6 +308,8 @@ async def _write_locked(
             opener, ticks, to_us(after) if after is not None else None, host.max_gap_us
         )
 
+    if prepared is not None:
+        prepared()
     async with conn.pipeline():  # one round trip: all the writes and COMMIT
         if fresh:
             await insert_raw(conn, fresh, gpu_cache)

@@ -14,9 +14,9 @@ async def test_one_bad_item_does_not_fail_its_batch(app, client, monkeypatch) ->
     batches: list[int] = []
     real_store_batch = writer.store_batch
 
-    async def recording(conn, observations, cache):
+    async def recording(conn, observations, cache, prepared=None):
         batches.append(len(observations))
-        return await real_store_batch(conn, observations, cache)
+        return await real_store_batch(conn, observations, cache, prepared)
 
     monkeypatch.setattr(writer, "store_batch", recording)
     tenant = await make_tenant(app, "acme", password=None)
