@@ -10,9 +10,10 @@ What it does:
    user_hour_rollups (20 Linux users; a GPU-hour is held by nobody, one user or two);
    the closed days' day rollups are computed as the maintenance schedule does; then
    VACUUM ANALYZE, as autovacuum would have done;
-3. times, through the service functions and through the ASGI app (auth, JSON encoding
-   and all): usage groupBy=user over 30 and 90 days, utilization groupBy=gpu bucket=day
-   over 90 days; prints median and p95 over --repeat calls after one warm-up call;
+3. times, through the service functions the routes call (alone, then with the body
+   made) and through the ASGI app (auth, routing, the body and all): usage groupBy=user
+   over 30 and 90 days, utilization groupBy=gpu bucket=day over 90 days as JSON and as
+   CSV; prints median and p95 over --repeat calls after one warm-up call;
 4. drops the scratch database (unless --keep).
 """
 
@@ -34,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import orjson
 import psycopg
 from psycopg import sql
 
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from board.app import create_app, tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
-from board.reports import params, service  # noqa: E402
+from board.reports import params, rendered, service  # noqa: E402
 from board.rollups.daily import refresh_day_rollups  # noqa: E402
 from board.settings import Settings  # noqa: E402
 
@@ -189,6 +191,12 @@ async def timed(fn: Callable[[], Awaitable[Any]], repeat: int) -> tuple[float, f
     return statistics.median(samples), p95, result
 
 
+def row_count(body: bytes, fmt: str) -> int:
+    if fmt == "csv":
+        return body.count(b"\r\n") - 1
+    return len(orjson.loads(body)["rows"])
+
+
 async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> list[list[str]]:
     tune_gc()  # as `gua-board serve` does in each worker process
     day = end.date()
@@ -196,27 +204,33 @@ async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> li
         30: params.parse_window((day - timedelta(days=30)).isoformat(), day.isoformat(), None),
         90: params.parse_window((day - timedelta(days=90)).isoformat(), day.isoformat(), None),
     }
-    cases: list[tuple[str, dict[str, str], Callable[[psycopg.AsyncConnection[Any]], Any]]] = [
+    # (name, query, days, the service call the route makes, the body it sends)
+    cases: list[tuple[str, dict[str, str], int, Callable[[Any], Any], Callable[[Any], bytes]]]
+    cases = [
         (
-            "usage groupBy=user, 30 days",
+            f"usage groupBy=user, {span} days",
             {"groupBy": "user"},
-            lambda c: service.usage_report(c, workspace_id, windows[30], ("user",)),
-        ),
-        (
-            "usage groupBy=user, 90 days",
-            {"groupBy": "user"},
-            lambda c: service.usage_report(c, workspace_id, windows[90], ("user",)),
-        ),
-        (
-            "utilization groupBy=gpu bucket=day, 90 days",
-            {"groupBy": "gpu", "bucket": "day"},
-            lambda c: service.utilization_report(c, workspace_id, windows[90], "gpu", "day"),
-        ),
+            span,
+            lambda c, span=span: service.usage_report(c, workspace_id, windows[span], ("user",)),
+            lambda report: report.to_json(),
+        )
+        for span in (30, 90)
     ]
-    spans = [30, 90, 90]
+    for fmt in ("json", "csv"):
+        cases.append(
+            (
+                f"utilization groupBy=gpu bucket=day, 90 days, {fmt}",
+                {"groupBy": "gpu", "bucket": "day", "format": fmt},
+                90,
+                lambda c, fmt=fmt: rendered.utilization(
+                    c, workspace_id, windows[90], "gpu", "day", fmt
+                ),
+                lambda report: report.body(),
+            )
+        )
     table: list[list[str]] = []
     async with await psycopg.AsyncConnection.connect(url) as conn:
-        for (name, _, call), _span in zip(cases, spans, strict=True):
+        for name, query, _, call, body in cases:
 
             async def run(call: Any = call) -> Any:
                 report = await call(conn)
@@ -225,24 +239,24 @@ async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> li
 
             median, p95, report = await timed(run, repeat)
 
-            async def run_json(call: Any = call) -> Any:
+            async def run_body(call: Any = call, body: Any = body) -> bytes:
                 report = await call(conn)
                 await conn.commit()
-                return report.to_json()
+                return bytes(body(report))
 
-            jmedian, jp95, _ = await timed(run_json, repeat)
+            bmedian, bp95, sent = await timed(run_body, repeat)
             table.append(
                 [
                     name,
-                    str(len(report.rows)),
+                    f"{row_count(sent, query.get('format', 'json')):,}",
                     f"{median:.0f}",
                     f"{p95:.0f}",
-                    f"{jmedian:.0f}",
-                    f"{jp95:.0f}",
+                    f"{bmedian:.0f}",
+                    f"{bp95:.0f}",
                 ]
             )
 
-    # Through the ASGI app: auth, the route, JSON encoding.
+    # Through the ASGI app: auth, the route, the body.
     from board.workspaces import service as workspaces
 
     app = create_app(Settings(database_url=url), run_maintenance=False)
@@ -256,7 +270,7 @@ async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> li
         headers = {"Authorization": f"Bearer {member.api_token}"}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            for row, (name, query, _), span in zip(table, cases, spans, strict=True):
+            for row, (name, query, span, _, _) in zip(table, cases, strict=True):
                 kind = "usage" if name.startswith("usage") else "utilization"
                 q = {
                     "from": (day - timedelta(days=span)).isoformat(),
@@ -326,8 +340,8 @@ def main() -> int:
             "rows",
             "service p50 ms",
             "service p95 ms",
-            "+JSON p50 ms",
-            "+JSON p95 ms",
+            "+body p50 ms",
+            "+body p95 ms",
             "ASGI p50 ms",
             "ASGI p95 ms",
             "body",

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 
 from board.reports.service import Report
+
+LINE_END = "\r\n"
 
 
 def _cell(value: object) -> object:
@@ -17,9 +20,16 @@ def _cell(value: object) -> object:
     return value
 
 
+def csv_cells(values: Iterable[object]) -> str:
+    """One row's cells as CSV, without the line end."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator=LINE_END).writerow([_cell(v) for v in values])
+    return out.getvalue()[: -len(LINE_END)]
+
+
 def render_csv(report: Report) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
+    writer = csv.writer(out, lineterminator=LINE_END)
     writer.writerow(report.columns)
     writer.writerows([_cell(row[c]) for c in report.columns] for row in report.rows)
     return out.getvalue()

@@ -155,21 +155,29 @@ async def covered_by(
     return await cur.fetchall()
 
 
+# Each figure as an integer number of millionths (hours or percent), named here.
+FIGURES = ("covered", "active", "idle_held", "idle", "util_pct", "memory_pct")
+
+
 def _figures(c: str, a: str, ih: str, i: str, u: str, mu: str, mt: str) -> str:
-    """Hours with 6 decimals rounded half up in integer arithmetic (as service.hours),
-    time-weighted mean utilization and memory use in percent."""
+    """Hours rounded half up to millionths in integer arithmetic (as service.hours),
+    time-weighted mean utilization and memory use in millionths of a percent."""
     return f"""
-        (({c} + 1800) / 3600)::float8 / 1e6, (({a} + 1800) / 3600)::float8 / 1e6,
-        (({ih} + 1800) / 3600)::float8 / 1e6, (({i} + 1800) / 3600)::float8 / 1e6,
-        round(1e6 * ({u})::float8 / {c}) / 1e6,
-        round(1e8 * ({mu})::float8 / nullif({mt}, 0)) / 1e6"""
+        ({c} + 1800) / 3600 AS covered,
+        ({a} + 1800) / 3600 AS active,
+        ({ih} + 1800) / 3600 AS idle_held,
+        ({i} + 1800) / 3600 AS idle,
+        round(1e6 * ({u})::float8 / {c})::bigint AS util_pct,
+        round(1e8 * ({mu})::float8 / nullif({mt}, 0))::bigint AS memory_pct"""
 
 
-async def utilization_rows(
-    conn: psycopg.AsyncConnection[Any], scope: Scope, group: str, bucket: str
-) -> list[tuple[Any, ...]]:
-    """(gpu_id or host_id, bucket start in epoch seconds, coveredHours …
-    avgMemoryUsedPct), each GPU's (or host's) rows together and in time order.
+def hour_bucket_sql(bucket: str, column: str = "hour_start") -> str:
+    """The first instant of the bucket an hour falls in: itself, or its local day's."""
+    return f"date_trunc('day', {column}, %(tz)s)" if bucket == "day" else column
+
+
+def utilization_figures_sql(group: str, bucket: str) -> str:
+    """SELECT of (key: gpu_id or host_id, bucket, the FIGURES) per key and bucket.
 
     A bucket is at most a day. Whole UTC days come from the day rows as they are (a
     90-day per-GPU report is 90,000 rows, so nothing is aggregated that need not be);
@@ -178,8 +186,7 @@ async def utilization_rows(
     host-day).
     """
     # A bucket is named by its first instant; day rows (only used when the report's
-    # days are UTC days) already start their bucket, so their index order is kept.
-    hour_bucket = "date_trunc('day', hour_start, %(tz)s)" if bucket == "day" else "hour_start"
+    # days are UTC days) already start their bucket.
     buckets = f"""
         SELECT host_id, gpu_id, day_start AS bucket, covered_us AS c, active_us AS a,
                idle_held_us AS ih, idle_us AS i, util_pct_us AS u, memory_used_mb_us AS mu,
@@ -188,7 +195,7 @@ async def utilization_rows(
         WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
           AND NOT day_start = ANY(%(dirty)s::timestamptz[]) AND covered_us > 0
         UNION ALL
-        SELECT host_id, gpu_id, {hour_bucket}, sum(covered_us)::bigint,
+        SELECT host_id, gpu_id, {hour_bucket_sql(bucket)}, sum(covered_us)::bigint,
                sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
                sum(util_pct_us)::bigint, sum(memory_used_mb_us)::bigint,
                sum(memory_total_mb_us)::bigint
@@ -200,20 +207,29 @@ async def utilization_rows(
         HAVING sum(covered_us) > 0
     """
     if group == "gpu":
-        statement = f"""
-            SELECT gpu_id, extract(epoch FROM bucket)::bigint,
-                   {_figures("c", "a", "ih", "i", "u", "mu", "mt")}
+        return f"""
+            SELECT gpu_id AS key, bucket, {_figures("c", "a", "ih", "i", "u", "mu", "mt")}
             FROM ({buckets}) AS b
-            ORDER BY gpu_id, bucket
         """
-    else:
-        sums = (f"sum({c})::bigint" for c in ("c", "a", "ih", "i", "u", "mu", "mt"))
-        statement = f"""
-            SELECT host_id, extract(epoch FROM bucket)::bigint, {_figures(*sums)}
-            FROM ({buckets}) AS b
-            GROUP BY host_id, bucket
-            ORDER BY host_id, bucket
-        """
+    sums = (f"sum({c})::bigint" for c in ("c", "a", "ih", "i", "u", "mu", "mt"))
+    return f"""
+        SELECT host_id AS key, bucket, {_figures(*sums)}
+        FROM ({buckets}) AS b
+        GROUP BY host_id, bucket
+    """
+
+
+async def utilization_rows(
+    conn: psycopg.AsyncConnection[Any], scope: Scope, group: str, bucket: str
+) -> list[tuple[Any, ...]]:
+    """(gpu_id or host_id, bucket start in epoch seconds, coveredHours …
+    avgMemoryUsedPct), each GPU's (or host's) rows together and in time order."""
+    statement = f"""
+        SELECT key, extract(epoch FROM bucket)::bigint,
+               {", ".join(f"{f}::float8 / 1e6" for f in FIGURES)}
+        FROM ({utilization_figures_sql(group, bucket)}) AS f
+        ORDER BY key, bucket
+    """
     # Binary results of plain numbers: 90,000 rows load noticeably faster than as text
     # or with timestamps (the client-side decoding is most of this report's cost).
     async with conn.cursor(binary=True) as cur:

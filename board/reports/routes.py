@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth.deps import WorkspaceContext, WorkspaceDep
-from board.reports import params, service
+from board.reports import params, rendered, service
 from board.reports.csv import render_csv
 from board.runtime import SessionDep
 
@@ -30,17 +30,13 @@ async def _connection(session: AsyncSession) -> psycopg.AsyncConnection[Any]:
     return driver
 
 
-def _respond(ctx: WorkspaceContext, name: str, report: service.Report, fmt: str) -> Response:
-    if fmt == "csv":
-        start = report.head["from"][:10]
-        end = report.head["to"][:10]
-        filename = f"{ctx.workspace.slug}-{name}-{start}-{end}.csv"
-        return Response(
-            render_csv(report),
-            media_type="text/csv; charset=utf-8",
-            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
-        )
-    return Response(report.to_json(), media_type="application/json")
+def _csv(ctx: WorkspaceContext, name: str, head: dict[str, Any], body: str | bytes) -> Response:
+    filename = f"{ctx.workspace.slug}-{name}-{head['from'][:10]}-{head['to'][:10]}.csv"
+    return Response(
+        body,
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
 
 
 @router.get("/usage")
@@ -58,7 +54,9 @@ async def usage(
     keys = params.parse_usage_group(group_by)
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
     report = await service.usage_report(await _connection(session), ctx.workspace_id, window, keys)
-    return _respond(ctx, "usage", report, chosen_format)
+    if chosen_format == "csv":
+        return _csv(ctx, "usage", report.head, render_csv(report))
+    return Response(report.to_json(), media_type="application/json")
 
 
 @router.get("/utilization")
@@ -77,7 +75,9 @@ async def utilization(
     group = params.parse_choice("groupBy", group_by, params.UTILIZATION_GROUPS, "host")
     chosen = params.parse_choice("bucket", bucket, params.BUCKETS, "day")
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
-    report = await service.utilization_report(
-        await _connection(session), ctx.workspace_id, window, group, chosen
+    report = await rendered.utilization(
+        await _connection(session), ctx.workspace_id, window, group, chosen, chosen_format
     )
-    return _respond(ctx, "utilization", report, chosen_format)
+    if chosen_format == "csv":
+        return _csv(ctx, "utilization", report.head, report.body())
+    return Response(report.body(), media_type="application/json")

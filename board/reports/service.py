@@ -101,7 +101,7 @@ def _unique(items: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-async def _coverage(
+async def report_coverage(
     conn: psycopg.AsyncConnection[Any], scope: repo.Scope, window: Window
 ) -> dict[str, Any]:
     first, last, covered = await repo.coverage(conn, scope)
@@ -201,7 +201,7 @@ async def usage_report(
             # GPUs nobody held still show, with their covered time: not silently missing.
             for found in await repo.covered_by(conn, scope, columns):
                 figures.setdefault(found[:-1], [0, 0, 0, 0])[3] = found[-1]
-        coverage = await _coverage(conn, scope, window)
+        coverage = await report_coverage(conn, scope, window)
     except psycopg.errors.InvalidParameterValue:
         raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
@@ -236,6 +236,45 @@ async def usage_report(
     return Report(head, columns, rows, coverage, totals)
 
 
+async def utilization_scope(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, window: Window, bucket: str
+) -> repo.Scope:
+    if bucket == "day":
+        require_whole_hour_days(window)
+    # Hourly buckets need hour rows; daily ones may read whole UTC days.
+    return await _scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
+
+
+async def ordered_keys(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, group: str, ids: set[int]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Each GPU's (or host's) id and key fields, in name order."""
+    gpus = await repo.gpu_names(conn, workspace_id, ids) if group == "gpu" else {}
+    host_ids = {g.host_id for g in gpus.values()} if group == "gpu" else ids
+    names = _Names(await repo.host_names(conn, workspace_id, host_ids), gpus)
+    values, order = _key_builder((group,), KEY_COLUMNS[group], names)
+    keyed = []
+    for key in ids:
+        if group == "gpu":
+            gpu = gpus.get(key)
+            fields = values((gpu.host_id if gpu else -1, key))
+        else:
+            fields = values((key,))
+        keyed.append((order(fields), key, dict(zip(KEY_FIELDS[group], fields, strict=True))))
+    keyed.sort(key=itemgetter(0))
+    return [(key, fields) for _, key, fields in keyed]
+
+
+def utilization_head(window: Window, group: str, bucket: str) -> dict[str, Any]:
+    return {
+        "from": window.local(window.start).isoformat(),
+        "to": window.local(window.end).isoformat(),
+        "groupBy": group,
+        "bucket": bucket,
+        "tz": window.tz_name,
+    }
+
+
 async def utilization_report(
     conn: psycopg.AsyncConnection[Any],
     workspace_id: int,
@@ -243,40 +282,24 @@ async def utilization_report(
     group: str,
     bucket: str,
 ) -> Report:
-    """Per host or GPU and hour or day: time in each state, mean utilization and memory."""
-    if bucket == "day":
-        require_whole_hour_days(window)
-    # Hourly buckets need hour rows; daily ones may read whole UTC days.
-    scope = await _scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
+    """Per host or GPU and hour or day: time in each state, mean utilization and memory.
+
+    The rows as dicts, for the pages; the API sends the same rows written by
+    PostgreSQL (board.reports.rendered)."""
+    scope = await utilization_scope(conn, workspace_id, window, bucket)
     try:
         found = await repo.utilization_rows(conn, scope, group, bucket)
-        coverage = await _coverage(conn, scope, window)
+        coverage = await report_coverage(conn, scope, window)
     except psycopg.errors.InvalidParameterValue:
         raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
-    # Rows come grouped by id; put the blocks in name order.
-    blocks = [(key, list(rows)) for key, rows in groupby(found, key=itemgetter(0))]
-    ids = {key for key, _ in blocks}
-    gpus = await repo.gpu_names(conn, workspace_id, ids) if group == "gpu" else {}
-    host_ids = {g.host_id for g in gpus.values()} if group == "gpu" else ids
-    names = _Names(await repo.host_names(conn, workspace_id, host_ids), gpus)
-    values, order = _key_builder((group,), KEY_COLUMNS[group], names)
-    keyed = []
-    for key, block in blocks:
-        if group == "gpu":
-            gpu = gpus.get(key)
-            fields = values((gpu.host_id if gpu else -1, key))
-        else:
-            fields = values((key,))
-        keyed.append((order(fields), fields, block))
-    keyed.sort(key=lambda item: item[0])
-
-    # Up to 90,000 rows: each object is built once, from its block's key fields.
+    # Rows come grouped by id and in time order; the blocks go in name order.
+    blocks = {key: list(rows) for key, rows in groupby(found, key=itemgetter(0))}
     starts: dict[int, str] = {}
     rows: list[dict[str, Any]] = []
-    for _, fields, block in keyed:
-        keys = dict(zip(KEY_FIELDS[group], fields, strict=True))
-        for _, epoch, covered, active, idle_held, idle, util, memory in block:
+    for key, keys in await ordered_keys(conn, workspace_id, group, set(blocks)):
+        # Up to 90,000 rows: each object is built once, from its block's key fields.
+        for _, epoch, covered, active, idle_held, idle, util, memory in blocks[key]:
             start = starts.get(epoch)
             if start is None:
                 start = starts[epoch] = window.local(from_epoch(epoch)).isoformat()
@@ -292,11 +315,5 @@ async def utilization_report(
                     "avgMemoryUsedPct": memory,
                 }
             )
-    head = {
-        "from": window.local(window.start).isoformat(),
-        "to": window.local(window.end).isoformat(),
-        "groupBy": group,
-        "bucket": bucket,
-        "tz": window.tz_name,
-    }
+    head = utilization_head(window, group, bucket)
     return Report(head, KEY_FIELDS[group] + UTILIZATION_FIGURES, rows, coverage)
