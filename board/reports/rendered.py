@@ -110,7 +110,7 @@ async def _blocks(
         SELECT key, string_agg(row_text, {separator} ORDER BY bucket)
         FROM (
             SELECT key, bucket, {row} AS row_text
-            FROM ({repo.utilization_figures_sql(group, bucket)}) AS f
+            FROM ({repo.utilization_figures_sql(group, bucket, scope.host_id is not None)}) AS f
             JOIN unnest(%(starts)s::timestamptz[], %(labels)s::text[]) AS lb(start, label)
               ON lb.start = f.bucket
             ORDER BY key, bucket

@@ -57,7 +57,8 @@ _GPU_SOURCE = """
 class Scope:
     """A workspace, the UTC-hour window [start, end), the zone days are cut in, the whole
     UTC days [d0, d1) that day rows may serve, and the days among them whose day rows are
-    stale (dirty): read from their hours instead."""
+    stale (dirty): read from their hours instead. `host_id` narrows the utilization rows
+    to one host (a host page)."""
 
     workspace_id: int
     start: datetime
@@ -66,6 +67,7 @@ class Scope:
     d0: datetime
     d1: datetime
     dirty: tuple[datetime, ...] = ()
+    host_id: int | None = None
 
     def hour_ranges(self) -> list[tuple[datetime, datetime]]:
         day = timedelta(days=1)
@@ -90,6 +92,7 @@ class Scope:
             "dirty": list(self.dirty),
             "lo": [r[0] for r in ranges],
             "hi": [r[1] for r in ranges],
+            "host": self.host_id,
         }
 
 
@@ -176,15 +179,16 @@ def hour_bucket_sql(bucket: str, column: str = "hour_start") -> str:
     return f"date_trunc('day', {column}, %(tz)s)" if bucket == "day" else column
 
 
-def utilization_figures_sql(group: str, bucket: str) -> str:
+def utilization_figures_sql(group: str, bucket: str, one_host: bool = False) -> str:
     """SELECT of (key: gpu_id or host_id, bucket, the FIGURES) per key and bucket.
 
     A bucket is at most a day. Whole UTC days come from the day rows as they are (a
     90-day per-GPU report is 90,000 rows, so nothing is aggregated that need not be);
     the hours around them are summed into their buckets, which never coincide with a
     whole day's bucket. Per host, the GPUs' buckets are summed (bigint is ample for a
-    host-day).
+    host-day). `one_host`: only the rows of the host %(host)s.
     """
+    host = "AND host_id = %(host)s" if one_host else ""
     # A bucket is named by its first instant; day rows (only used when the report's
     # days are UTC days) already start their bucket.
     buckets = f"""
@@ -193,7 +197,7 @@ def utilization_figures_sql(group: str, bucket: str) -> str:
                memory_total_mb_us AS mt
         FROM gpu_day_rollups
         WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
-          AND NOT day_start = ANY(%(dirty)s::timestamptz[]) AND covered_us > 0
+          AND NOT day_start = ANY(%(dirty)s::timestamptz[]) AND covered_us > 0 {host}
         UNION ALL
         SELECT host_id, gpu_id, {hour_bucket_sql(bucket)}, sum(covered_us)::bigint,
                sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
@@ -202,7 +206,7 @@ def utilization_figures_sql(group: str, bucket: str) -> str:
         FROM gpu_hour_rollups
         JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
           ON hour_start >= rg.lo AND hour_start < rg.hi
-        WHERE workspace_id = %(ws)s
+        WHERE workspace_id = %(ws)s {host}
         GROUP BY 1, 2, 3
         HAVING sum(covered_us) > 0
     """
@@ -227,7 +231,7 @@ async def utilization_rows(
     statement = f"""
         SELECT key, extract(epoch FROM bucket)::bigint,
                {", ".join(f"{f}::float8 / 1e6" for f in FIGURES)}
-        FROM ({utilization_figures_sql(group, bucket)}) AS f
+        FROM ({utilization_figures_sql(group, bucket, scope.host_id is not None)}) AS f
         ORDER BY key, bucket
     """
     # Binary results of plain numbers: 90,000 rows load noticeably faster than as text

@@ -7,7 +7,7 @@ the end, so a total is exactly the sum of its hours, whatever the grouping.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import groupby
 from operator import itemgetter
@@ -237,12 +237,17 @@ async def usage_report(
 
 
 async def utilization_scope(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, window: Window, bucket: str
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    bucket: str,
+    host_id: int | None = None,
 ) -> repo.Scope:
     if bucket == "day":
         require_whole_hour_days(window)
     # Hourly buckets need hour rows; daily ones may read whole UTC days.
-    return await _scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
+    scope = await _scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
+    return replace(scope, host_id=host_id)
 
 
 async def ordered_keys(
@@ -281,12 +286,13 @@ async def utilization_report(
     window: Window,
     group: str,
     bucket: str,
+    host_id: int | None = None,
 ) -> Report:
     """Per host or GPU and hour or day: time in each state, mean utilization and memory.
 
     The rows as dicts, for the pages; the API sends the same rows written by
-    PostgreSQL (board.reports.rendered)."""
-    scope = await utilization_scope(conn, workspace_id, window, bucket)
+    PostgreSQL (board.reports.rendered). `host_id`: only that host's GPUs (or itself)."""
+    scope = await utilization_scope(conn, workspace_id, window, bucket, host_id)
     try:
         found = await repo.utilization_rows(conn, scope, group, bucket)
         coverage = await report_coverage(conn, scope, window)

@@ -82,17 +82,19 @@ async def _host_context(page: Page, db: SessionDep, host_id: str) -> dict[str, A
 
 
 async def _history(db: SessionDep, page: Page, host_id: str) -> dict[str, Any]:
-    """Hourly utilization and memory of this host's GPUs, from the utilization report."""
+    """Hourly utilization and memory of this host's GPUs, from the utilization report
+    narrowed to the host (not the whole fleet's report, filtered)."""
+    host = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
     now = datetime.now(UTC)
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = end - timedelta(hours=CHART_HOURS)
     window = parse_window(start.isoformat(), end.isoformat(), page.ctx.workspace.timezone)
     report = await reports.utilization_report(
-        await report_connection(db), page.ctx.workspace_id, window, "gpu", "hour"
+        await report_connection(db), page.ctx.workspace_id, window, "gpu", "hour", host.id
     )
     util: dict[str, list[tuple[datetime, float | None]]] = {}
     memory: dict[str, list[tuple[datetime, float | None]]] = {}
-    rows = [r for r in report.as_json()["rows"] if r["hostId"] == host_id]
+    rows = report.rows
     for r in sorted(rows, key=lambda r: (r["gpuIndex"] or 0, r["bucketStart"])):
         label = f"GPU {r['gpuIndex']}"
         at = datetime.fromisoformat(r["bucketStart"])

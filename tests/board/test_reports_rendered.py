@@ -223,3 +223,23 @@ async def test_any_figures_are_written_as_python_writes_them(app, figures) -> No
     sent, built = await _both(app, ws, window, "gpu", "hour")
     assert len(sent["rows"]) == len(figures)
     _assert_same(sent, built)
+
+
+@pytest.mark.parametrize("group", ["gpu", "host"])
+async def test_one_host_is_that_hosts_rows_of_the_whole_report(app, group) -> None:
+    """What a host page charts: the report narrowed to one host."""
+    slug, ws, gpus = await _fleet(app)
+    await _load(app, ws, gpus, seed=11)
+    await refresh_all_days(app)
+    runtime: Runtime = app.state.runtime
+    host_id = gpus[-1][1]
+    public_id = str(await scalar(app, "SELECT public_id FROM hosts WHERE id = %s", host_id))
+    for bucket, (start, end, tz) in [("day", WINDOWS[0]), ("hour", WINDOWS[1])]:
+        window = params.parse_window(start, end, tz)
+        async with runtime.pool.connection() as conn:
+            whole = await service.utilization_report(conn, ws, window, group, bucket)
+            one = await service.utilization_report(conn, ws, window, group, bucket, host_id)
+        expected = [r for r in whole.rows if r["hostId"] == public_id]
+        assert expected
+        assert len(expected) < len(whole.rows)
+        assert one.rows == expected
