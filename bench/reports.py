@@ -13,7 +13,8 @@ What it does:
 3. times, through the service functions the routes call (alone, then with the body
    made) and through the ASGI app (auth, routing, the body and all): usage groupBy=user
    over 30 and 90 days, utilization groupBy=gpu bucket=day over 90 days as JSON and as
-   CSV; prints median and p95 over --repeat calls after one warm-up call;
+   CSV; prints median and p95 over --repeat calls after one warm-up call; then the
+   host page's history (24 hourly buckets per GPU of one host) through the service;
 4. drops the scratch database (unless --keep).
 """
 
@@ -290,6 +291,33 @@ async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> li
     return table
 
 
+async def measure_host_page(
+    url: str, workspace_id: int, end: datetime, repeat: int
+) -> list[list[str]]:
+    """The host page's history: 24 hourly buckets per GPU, of one host or (as the page
+    once read it, then filtered) of the whole fleet; service function only."""
+    window = params.parse_window((end - timedelta(hours=24)).isoformat(), end.isoformat(), None)
+    table = []
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cur = await conn.execute(
+            "SELECT min(id) FROM hosts WHERE workspace_id = %s", [workspace_id]
+        )
+        host = await cur.fetchone()
+        assert host is not None
+        for name, host_id in (("one host", host[0]), ("whole fleet", None)):
+
+            async def run(host_id: int | None = host_id) -> Any:
+                report = await service.utilization_report(
+                    conn, workspace_id, window, "gpu", "hour", host_id
+                )
+                await conn.commit()
+                return report
+
+            median, p95, report = await timed(run, repeat)
+            table.append([name, f"{len(report.rows):,}", f"{median:.0f}", f"{p95:.0f}"])
+    return table
+
+
 def kept_fleet(url: str) -> tuple[int, datetime]:
     """The workspace id and the end of the loaded days of a kept database."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -349,6 +377,11 @@ def main() -> int:
         print("| " + " | ".join(header) + " |")
         print("|" + " --- |" * len(header))
         for row in table:
+            print("| " + " | ".join(row) + " |")
+        print()
+        print("| host page history, 24 h hourly per GPU | rows | service p50 ms | service p95 ms |")
+        print("| --- | --- | --- | --- |")
+        for row in asyncio.run(measure_host_page(url, workspace_id, end, args.repeat)):
             print("| " + " | ".join(row) + " |")
     finally:
         if args.keep:
