@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo serve test check lint
+.PHONY: demo serve test check lint screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ serve: $(VENV)/.board
 
 test: $(VENV)/.dev
 	$(BIN)/pytest -n 2
+
+# Rewrites docs/screenshots/*.png from the browser tests (Debian's chromium).
+screenshots: $(VENV)/.dev
+	GUA_BOARD_SCREENSHOTS=1 $(BIN)/pytest tests/web/test_browser.py
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
