@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 SCHEMA_VERSION = "availability.snapshot.v1"
 MAX_GPUS = 64
@@ -19,6 +26,17 @@ Str64 = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO
 Str128 = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
 Str255 = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO_NUL)]
 NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
+
+
+def _no_unit_separator(code: str) -> str:
+    if "\x1f" in code:
+        raise ValueError("an error code must not contain the unit separator (\\u001f)")
+    return code
+
+
+# A snapshot's error codes travel to PostgreSQL joined by the unit separator
+# (board/ingest/rawrows.py), so a code holding one would be stored as two.
+ErrorCode = Annotated[Str64, AfterValidator(_no_unit_separator)]
 
 UsageState = Literal["active", "idle_held", "idle"]
 
@@ -90,7 +108,7 @@ class HostIn(_Strict):
 class SnapshotIn(_Strict):
     schemaVersion: str
     collectionStatus: Literal["ok", "partial", "error"]
-    errors: Annotated[list[Str64], Field(max_length=MAX_ERRORS)]
+    errors: Annotated[list[ErrorCode], Field(max_length=MAX_ERRORS)]
     observedAt: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)]
     host: HostIn
     gpus: Annotated[list[GpuIn], Field(max_length=MAX_GPUS)]

@@ -73,6 +73,12 @@ BAD_BODIES = {
     "NUL in a process name": (_body(gpus__0__processes__0__name="py\u0000thon"), 422, "NUL"),
     "NUL in the hostname": (_body(host__hostname="vm\u0000"), 422, "hostname"),
     "temperature beyond smallint": (_body(gpus__0__temperatureC=40000), 422, "temperatureC"),
+    # Error codes are joined by \x1f on their way to PostgreSQL: one would become two.
+    "unit separator in an error code": (
+        _body(collectionStatus="partial", errors=["process_list\u001funavailable"]),
+        422,
+        "errors.0",
+    ),
 }
 
 
