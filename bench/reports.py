@@ -1,6 +1,6 @@
 """Reports benchmark: a synthetic fleet's hourly rollups, the report queries timed.
 
-    .venv/bin/python bench/reports.py [--repeat 15] [--days 90] [--keep]
+    .venv/bin/python bench/reports.py [--repeat 15] [--days 90] [--keep] [--hourly]
 
 What it does:
 1. creates a scratch database (gua_bench_reports_<hex>) on GUA_BOARD_DATABASE_URL's server,
@@ -198,10 +198,13 @@ def row_count(body: bytes, fmt: str) -> int:
     return len(orjson.loads(body)["rows"])
 
 
-async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> list[list[str]]:
+async def measure(
+    url: str, workspace_id: int, end: datetime, repeat: int, hourly: bool = False
+) -> list[list[str]]:
     tune_gc()  # as `gua-board serve` does in each worker process
     day = end.date()
     windows = {
+        7: params.parse_window((day - timedelta(days=7)).isoformat(), day.isoformat(), None),
         30: params.parse_window((day - timedelta(days=30)).isoformat(), day.isoformat(), None),
         90: params.parse_window((day - timedelta(days=90)).isoformat(), day.isoformat(), None),
     }
@@ -225,6 +228,20 @@ async def measure(url: str, workspace_id: int, end: datetime, repeat: int) -> li
                 90,
                 lambda c, fmt=fmt: rendered.utilization(
                     c, workspace_id, windows[90], "gpu", "day", fmt
+                ),
+                lambda report: report.body(),
+            )
+        )
+    # Hourly buckets (--hourly): per host over 90 days (270,000 rows summed from 2.16 M
+    # hour rows), per GPU over 7 days (168,000 rows).
+    for group, span in (("host", 90), ("gpu", 7)) if hourly else ():
+        cases.append(
+            (
+                f"utilization groupBy={group} bucket=hour, {span} days, json",
+                {"groupBy": group, "bucket": "hour"},
+                span,
+                lambda c, group=group, span=span: rendered.utilization(
+                    c, workspace_id, windows[span], group, "hour", "json"
                 ),
                 lambda report: report.body(),
             )
@@ -337,6 +354,9 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument(
+        "--hourly", action="store_true", help="also time hourly utilization reports (slow)"
+    )
+    parser.add_argument(
         "--database", help="time against a database kept by an earlier --keep run (no load)"
     )
     args = parser.parse_args()
@@ -362,7 +382,7 @@ def main() -> int:
                 f"{gpu_rows:,} GPU-hour rows, {user_rows:,} user-hour rows "
                 f"in {time.perf_counter() - t0:.0f} s"
             )
-        table = asyncio.run(measure(url, workspace_id, end, args.repeat))
+        table = asyncio.run(measure(url, workspace_id, end, args.repeat, args.hourly))
         header = [
             "report",
             "rows",

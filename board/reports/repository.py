@@ -189,6 +189,26 @@ def utilization_figures_sql(group: str, bucket: str, one_host: bool = False) -> 
     host-day). `one_host`: only the rows of the host %(host)s.
     """
     host = "AND host_id = %(host)s" if one_host else ""
+    ranges = f"""
+        FROM gpu_hour_rollups
+        JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
+          ON hour_start >= rg.lo AND hour_start < rg.hi
+        WHERE workspace_id = %(ws)s {host}"""
+    if bucket == "hour":
+        # An hour row is its GPU's bucket already (one row per GPU and hour).
+        hours = f"""
+        SELECT host_id, gpu_id, hour_start, covered_us, active_us, idle_held_us, idle_us,
+               util_pct_us, memory_used_mb_us, memory_total_mb_us
+        {ranges} AND covered_us > 0"""
+    else:
+        hours = f"""
+        SELECT host_id, gpu_id, {hour_bucket_sql(bucket)}, sum(covered_us)::bigint,
+               sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
+               sum(util_pct_us)::bigint, sum(memory_used_mb_us)::bigint,
+               sum(memory_total_mb_us)::bigint
+        {ranges}
+        GROUP BY 1, 2, 3
+        HAVING sum(covered_us) > 0"""
     # A bucket is named by its first instant; day rows (only used when the report's
     # days are UTC days) already start their bucket.
     buckets = f"""
@@ -199,16 +219,7 @@ def utilization_figures_sql(group: str, bucket: str, one_host: bool = False) -> 
         WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
           AND NOT day_start = ANY(%(dirty)s::timestamptz[]) AND covered_us > 0 {host}
         UNION ALL
-        SELECT host_id, gpu_id, {hour_bucket_sql(bucket)}, sum(covered_us)::bigint,
-               sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
-               sum(util_pct_us)::bigint, sum(memory_used_mb_us)::bigint,
-               sum(memory_total_mb_us)::bigint
-        FROM gpu_hour_rollups
-        JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
-          ON hour_start >= rg.lo AND hour_start < rg.hi
-        WHERE workspace_id = %(ws)s {host}
-        GROUP BY 1, 2, 3
-        HAVING sum(covered_us) > 0
+        {hours}
     """
     if group == "gpu":
         return f"""
