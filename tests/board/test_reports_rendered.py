@@ -81,14 +81,8 @@ def _hour_row(rng: random.Random) -> tuple[int, ...]:
     )
 
 
-async def _load(app: Any, ws: int, gpus: list[tuple[int, int]], seed: int) -> None:
-    rng = random.Random(seed)
-    rows = []
-    for gpu_id, host_id in gpus:
-        for hour in range(DAYS * 24):
-            if rng.random() < 0.15:
-                continue  # hours without data, so buckets differ between GPUs
-            rows.append((ws, gpu_id, FIRST + timedelta(hours=hour), host_id, *_hour_row(rng)))
+async def _insert_hours(app: Any, rows: list[tuple[Any, ...]]) -> None:
+    """Hour rollup rows (workspace, GPU, hour, host, the seven sums), one sample each."""
     runtime: Runtime = app.state.runtime
     async with runtime.pool.connection() as conn:
         async with conn.cursor() as cur:
@@ -99,6 +93,17 @@ async def _load(app: Any, ws: int, gpus: list[tuple[int, int]], seed: int) -> No
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1)",
                 rows,
             )
+
+
+async def _load(app: Any, ws: int, gpus: list[tuple[int, int]], seed: int) -> None:
+    rng = random.Random(seed)
+    rows = []
+    for gpu_id, host_id in gpus:
+        for hour in range(DAYS * 24):
+            if rng.random() < 0.15:
+                continue  # hours without data, so buckets differ between GPUs
+            rows.append((ws, gpu_id, FIRST + timedelta(hours=hour), host_id, *_hour_row(rng)))
+    await _insert_hours(app, rows)
 
 
 async def _both(app: Any, ws: int, window: params.Window, group: str, bucket: str) -> tuple:
@@ -208,17 +213,7 @@ async def test_any_figures_are_written_as_python_writes_them(app, figures) -> No
                 total * covered,
             )
         )
-    await execute(app, "DELETE FROM gpu_hour_rollups WHERE workspace_id = %s", ws)
-    runtime: Runtime = app.state.runtime
-    async with runtime.pool.connection() as conn:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO gpu_hour_rollups (workspace_id, gpu_id, hour_start, host_id, "
-                "covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us, "
-                "memory_total_mb_us, sample_count) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1)",
-                rows,
-            )
+    await _insert_hours(app, rows)
     window = params.parse_window("2026-03-02", "2026-03-03", "UTC")
     sent, built = await _both(app, ws, window, "gpu", "hour")
     assert len(sent["rows"]) == len(figures)
