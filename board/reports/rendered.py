@@ -20,7 +20,6 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from board.errors import Unprocessable
 from board.reports import repository as repo
 from board.reports import service
 from board.reports.csv import LINE_END, csv_cells
@@ -165,16 +164,15 @@ async def utilization(
 ) -> RenderedReport:
     """The utilization report (service.utilization_report's rows) as JSON or CSV text."""
     scope = await service.utilization_scope(conn, workspace_id, window, bucket)
-    try:
+    with service.zone_known_to_database(window):
         labels = {}
         for start in await _bucket_starts(conn, scope, bucket):
             label = window.local(start).isoformat()
             labels[start] = orjson.dumps(label).decode() if fmt == "json" else label
         found = await _blocks(conn, scope, group, bucket, fmt, labels)
         coverage = await service.report_coverage(conn, scope, window)
-    except psycopg.errors.InvalidParameterValue:
-        raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
+    line_end = LINE_END.encode()
     blocks = []
     for key, keys in await service.ordered_keys(conn, workspace_id, group, set(found)):
         rows = found[key]
@@ -186,7 +184,6 @@ async def utilization(
         else:
             # Rows are numbers and ISO times: a line end occurs only between rows.
             prefix = (csv_cells(keys.values()) + ",").encode()
-            line_end = LINE_END.encode()
             blocks.append(prefix + rows.replace(line_end, line_end + prefix))
     columns = service.KEY_FIELDS[group] + service.UTILIZATION_FIGURES
     head = service.utilization_head(window, group, bucket)

@@ -6,7 +6,8 @@ the end, so a total is exactly the sum of its hours, whatever the grouping.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import groupby
@@ -95,6 +96,15 @@ async def _scope(
     d0, d1 = window.whole_utc_days(day_keyed) if days else (window.start, window.start)
     dirty = await repo.dirty_days(conn, workspace_id, d0, d1)
     return repo.Scope(workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty)
+
+
+@contextmanager
+def zone_known_to_database(window: Window) -> Iterator[None]:
+    """A zone Python knows but the server does not: a 422, not a 500."""
+    try:
+        yield
+    except psycopg.errors.InvalidParameterValue:
+        raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
 
 def _unique(items: Sequence[str]) -> tuple[str, ...]:
@@ -194,7 +204,7 @@ async def usage_report(
     columns = _unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = "user" not in keys
     figures: dict[tuple[Any, ...], list[int]] = {}
-    try:
+    with zone_known_to_database(window):
         for found in await repo.held_by(conn, scope, columns):
             figures[found[:-3]] = [*found[-3:], 0]
         if with_covered:
@@ -202,8 +212,6 @@ async def usage_report(
             for found in await repo.covered_by(conn, scope, columns):
                 figures.setdefault(found[:-1], [0, 0, 0, 0])[3] = found[-1]
         coverage = await report_coverage(conn, scope, window)
-    except psycopg.errors.InvalidParameterValue:
-        raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
     host_ids = {k[columns.index("host_id")] for k in figures} if "host_id" in columns else set()
     gpu_ids = {k[columns.index("gpu_id")] for k in figures} if "gpu_id" in columns else set()
@@ -293,11 +301,9 @@ async def utilization_report(
     The rows as dicts, for the pages; the API sends the same rows written by
     PostgreSQL (board.reports.rendered). `host_id`: only that host's GPUs (or itself)."""
     scope = await utilization_scope(conn, workspace_id, window, bucket, host_id)
-    try:
+    with zone_known_to_database(window):
         found = await repo.utilization_rows(conn, scope, group, bucket)
         coverage = await report_coverage(conn, scope, window)
-    except psycopg.errors.InvalidParameterValue:
-        raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
     # Rows come grouped by id and in time order; the blocks go in name order.
     blocks = {key: list(rows) for key, rows in groupby(found, key=itemgetter(0))}
