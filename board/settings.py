@@ -32,13 +32,26 @@ class Settings(BaseSettings):
     ingest_max_batch: int = Field(default=256, ge=1, le=5000)
     db_pool_size: int = Field(default=10, ge=1, le=200)
     log_level: str = "info"
-    # Cookies are marked Secure unless the operator serves plain HTTP on purpose.
-    cookie_secure: bool = False
+    # Session cookies are marked Secure when this is true; unset (the default), when the
+    # request came over https (X-Forwarded-Proto from a trusted proxy counts) or public_url
+    # is https.
+    cookie_secure: bool | None = None
     # Web sign-in: how long a session cookie lives, and failed attempts allowed per
     # email and client address within the window before sign-in answers 429.
     session_max_age_seconds: int = Field(default=12 * 3600, ge=60, le=30 * 24 * 3600)
     signin_max_failures: int = Field(default=5, ge=1, le=1000)
     signin_window_seconds: int = Field(default=300, ge=1, le=24 * 3600)
+    # Failed sign-ins from one client address, whatever the emails, within the window.
+    signin_max_failures_per_address: int = Field(default=50, ge=1, le=100_000)
+    # argon2id costs ~64 MiB and tens of ms per check: at most this many run at once per
+    # process, and at most password_queue more wait; beyond that sign-in answers 429.
+    password_concurrency: int = Field(default=2, ge=1, le=64)
+    password_queue: int = Field(default=16, ge=0, le=10_000)
+    # Slow clients: the request line and headers must arrive within this long, and each
+    # body chunk within http_body_idle_seconds (whole body: http_body_seconds).
+    http_header_seconds: float = Field(default=10.0, gt=0, le=600)
+    http_body_idle_seconds: float = Field(default=15.0, gt=0, le=600)
+    http_body_seconds: float = Field(default=120.0, gt=0, le=3600)
     # The board's address as agents reach it (behind a proxy); shown in the `gua enroll`
     # command of the admin page. Unset: the address the admin's browser used.
     public_url: str | None = None
@@ -50,6 +63,8 @@ class Settings(BaseSettings):
     archive_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     # A gzip bomb is refused by its decompressed size, not only by what was uploaded.
     archive_max_uncompressed_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
+    # Data rows one archive object may hold (a day at a 1 s tick on 8 GPUs is ~0.7 M).
+    archive_max_rows: int = Field(default=2_000_000, ge=1)
     # An archive tick this close to a stored observation of the host is the same tick.
     archive_match_tolerance_ms: int = Field(default=1000, ge=0, le=60_000)
     backfill_poll_seconds: float = Field(default=30.0, gt=0, le=3600)

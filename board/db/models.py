@@ -1,6 +1,7 @@
 """Every table, imported once so alembic sees the whole metadata."""
 
 from board.archives.models import ArchiveBackfill, ArchiveObject
+from board.auth.models import SignInFailure, WebSessionRow
 from board.db.base import Base
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
@@ -22,9 +23,11 @@ __all__ = [
     "HostRejection",
     "Membership",
     "RollupDirtyDay",
+    "SignInFailure",
     "User",
     "UserDayRollup",
     "UserHourRollup",
+    "WebSessionRow",
     "Workspace",
     "gpu_samples",
     "host_observations",

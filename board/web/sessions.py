@@ -87,11 +87,11 @@ def write_session(response: Response, session: WebSession, settings: Settings) -
         path="/",
         httponly=True,
         samesite="lax",
-        secure=settings.cookie_secure,
+        secure=bool(settings.cookie_secure),
     )
 
 
 def clear_session(response: Response, settings: Settings) -> None:
     response.delete_cookie(
-        COOKIE, path="/", httponly=True, samesite="lax", secure=settings.cookie_secure
+        COOKIE, path="/", httponly=True, samesite="lax", secure=bool(settings.cookie_secure)
     )

@@ -35,6 +35,9 @@ class Workspace(Base):
     timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
     # How long hourly rollups are kept; raw samples follow the server-wide raw retention.
     retention_days: Mapped[int] = mapped_column(Integer, server_default="400")
+    # A host reporting more distinct GPU UUIDs than this has its push refused (a broken or
+    # hostile agent must not create unbounded GPU rows).
+    max_gpus_per_host: Mapped[int] = mapped_column(Integer, server_default="64")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (
@@ -42,6 +45,7 @@ class Workspace(Base):
         CheckConstraint("max_sample_gap_seconds BETWEEN 1 AND 86400", name="max_gap_range"),
         CheckConstraint("stale_after_seconds BETWEEN 1 AND 86400", name="stale_after_range"),
         CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_range"),
+        CheckConstraint("max_gpus_per_host BETWEEN 1 AND 4096", name="max_gpus_per_host_range"),
     )
 
 

@@ -106,6 +106,7 @@ SETTING_LIMITS = {
     "maxSampleGapSeconds": ("max_sample_gap_seconds", 1, 86400),
     "staleAfterSeconds": ("stale_after_seconds", 1, 86400),
     "retentionDays": ("retention_days", 1, 3650),
+    "maxGpusPerHost": ("max_gpus_per_host", 1, 4096),
 }
 
 
@@ -115,6 +116,7 @@ def settings_of(workspace: Workspace) -> dict[str, object]:
         "staleAfterSeconds": workspace.stale_after_seconds,
         "timezone": workspace.timezone,
         "retentionDays": workspace.retention_days,
+        "maxGpusPerHost": workspace.max_gpus_per_host,
     }
 
 
