@@ -168,7 +168,9 @@ async def utilization(
         labels = {}
         for start in await _bucket_starts(conn, scope, bucket):
             label = window.local(start).isoformat()
-            labels[start] = orjson.dumps(label).decode() if fmt == "json" else label
+            # As each format writes a text cell (the CSV's way neutralizes formulas too);
+            # PostgreSQL only puts the labels and its own figures together.
+            labels[start] = orjson.dumps(label).decode() if fmt == "json" else csv_cells((label,))
         found = await _blocks(conn, scope, group, bucket, fmt, labels)
         coverage = await service.report_coverage(conn, scope, window)
 
@@ -183,6 +185,8 @@ async def utilization(
             blocks.append(rows.replace(JSON_ROW_START, prefix))
         else:
             # Rows are numbers and ISO times: a line end occurs only between rows.
+            # csv_cells quotes the key cells and neutralizes any that would start a
+            # spreadsheet formula, exactly as render_csv does for the built report.
             prefix = (csv_cells(keys.values()) + ",").encode()
             blocks.append(prefix + rows.replace(line_end, line_end + prefix))
     columns = service.KEY_FIELDS[group] + service.UTILIZATION_FIGURES

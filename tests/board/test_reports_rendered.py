@@ -5,6 +5,8 @@ bucket, zone and window."""
 
 from __future__ import annotations
 
+import csv
+import io
 import random
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -238,3 +240,51 @@ async def test_one_host_is_that_hosts_rows_of_the_whole_report(app, group) -> No
         assert expected
         assert len(expected) < len(whole.rows)
         assert one.rows == expected
+
+
+async def test_names_that_are_formulas_are_neutralized_alike(app) -> None:
+    """Host and GPU names a spreadsheet would run as formulas: both CSVs put the same
+    quote in front of them (the sent one's key cells are Python's, its figures
+    PostgreSQL's), and both JSONs carry the names as they are."""
+    tenant = await quick_tenant(app, "formulas")
+    ws = int(await scalar(app, "SELECT id FROM workspaces WHERE slug = %s", tenant.slug))
+    names = ['=HYPERLINK("http://x","y")', "+1", "-2+3", "@SUM(A1)", "\tt", "\rr", "\nn"]
+    names += ["\uff1d1", "plain"]
+    gpus: list[tuple[int, int]] = []
+    for h, name in enumerate(names):
+        host_id = await scalar(
+            app,
+            "INSERT INTO hosts (workspace_id, public_id, display_name, hostname, "
+            "agent_token_hash, agent_token_prefix) VALUES (%s, gen_random_uuid(), %s, %s, %s, "
+            "'gua_agent_x') RETURNING id",
+            ws,
+            name,
+            name,
+            secrets.token_bytes(32),
+        )
+        gpu_id = await scalar(
+            app,
+            "INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb) "
+            "VALUES (%s, %s, %s, 0, %s, 81559) RETURNING id",
+            ws,
+            host_id,
+            f"{name}-{h}",
+            name,
+        )
+        gpus.append((int(gpu_id), int(host_id)))
+    await _load(app, ws, gpus, seed=5)
+    window = params.parse_window("2026-03-03", "2026-03-05", "UTC")
+    for group, bucket in [("gpu", "day"), ("host", "hour"), ("gpu", "hour")]:
+        sent, built = await _both(app, ws, window, group, bucket)  # the CSVs are equal
+        _assert_same(sent, built)
+        assert {r["displayName"] for r in sent["rows"]} == set(names)
+        async with app.state.runtime.pool.connection() as conn:
+            body = await rendered.utilization(conn, ws, window, group, bucket, "csv")
+        text = body.body().decode()
+        assert '"\'=HYPERLINK(""http://x"",""y"")"' in text
+        assert ",'-2+3," in text  # after the host id
+        assert ",'\uff1d1," in text
+        for row in csv.reader(io.StringIO(text, newline="")):
+            assert not any(cell.startswith(tuple("=+-@\t\r\n\uff1d")) for cell in row)
+            if row[1] != "displayName":
+                assert row[1] in {"plain"} | {"'" + n for n in names if n != "plain"}
