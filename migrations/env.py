@@ -14,7 +14,9 @@ from board.db.urls import resolve_database_url, sqlalchemy_url
 from board.settings import Settings
 
 config = context.config
-if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+# Only the `alembic` command has an ini file (and logging set up by it); the board
+# configures alembic in code (board/db/migrate.py) and leaves logging to the server.
+if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 target_metadata = Base.metadata
