@@ -47,6 +47,10 @@ class Unprocessable(DomainError):
     status_code = 422
 
 
+class TooManyRequests(DomainError):
+    status_code = 429
+
+
 class ServiceUnavailable(DomainError):
     status_code = 503
 

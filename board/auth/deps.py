@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Path
+from fastapi import Depends, Header, Path, Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import tokens
+from board.auth.passwords import PasswordGate
 from board.errors import Forbidden, NotFound, Unauthorized
-from board.runtime import SessionDep
+from board.runtime import RuntimeDep, SessionDep
 from board.workspaces.models import ApiToken, Membership, User, Workspace
 
 
@@ -35,14 +36,12 @@ class WorkspaceContext:
         return self.role in ("admin", "member")
 
 
-async def workspace_context(
-    session: SessionDep,
-    slug: Annotated[str, Path()],
-    authorization: Annotated[str | None, Header()] = None,
+async def token_context(
+    session: SessionDep, authorization: Annotated[str | None, Header()] = None
 ) -> WorkspaceContext:
-    """A personal API token, valid for the workspace in the URL; any other workspace is 404."""
+    """The membership a personal API token belongs to (a token is scoped to one workspace)."""
     secret = tokens.bearer(authorization)
-    if secret is None or not secret.startswith(tokens.PAT):
+    if secret is None or not secret.startswith(tokens.PAT) or len(secret) > 200:
         raise Unauthorized("A personal API token is required: Authorization: Bearer gua_pat_...")
     row = (
         await session.execute(
@@ -61,9 +60,17 @@ async def workspace_context(
     if row is None:
         raise Unauthorized("This API token is not valid.")
     workspace, user_id, email, role = row
-    if workspace.slug != slug:
-        raise NotFound(f"No workspace {slug!r}.")
     return WorkspaceContext(workspace=workspace, user_id=user_id, email=email, role=role)
+
+
+TokenDep = Annotated[WorkspaceContext, Depends(token_context)]
+
+
+async def workspace_context(ctx: TokenDep, slug: Annotated[str, Path()]) -> WorkspaceContext:
+    """A personal API token, valid for the workspace in the URL; any other workspace is 404."""
+    if ctx.workspace.slug != slug:
+        raise NotFound("No such workspace.")
+    return ctx
 
 
 WorkspaceDep = Annotated[WorkspaceContext, Depends(workspace_context)]
@@ -81,7 +88,7 @@ async def member_context(session: AsyncSession, slug: str, user_id: int) -> Work
         )
     ).one_or_none()
     if row is None:
-        raise NotFound(f"No workspace {slug!r}.")
+        raise NotFound("No such workspace.")
     workspace, email, role = row
     return WorkspaceContext(workspace=workspace, user_id=user_id, email=email, role=role)
 
@@ -95,3 +102,16 @@ async def memberships_of(session: AsyncSession, user_id: int) -> list[tuple[str,
         .order_by(Workspace.name, Workspace.slug)
     )
     return [(slug, name, role) for slug, name, role in rows.all()]
+
+
+def password_gate(request: Request, runtime: RuntimeDep) -> PasswordGate:
+    """This process's bound on concurrent argon2 work (board.auth.passwords)."""
+    gate = getattr(request.app.state, "password_gate", None)
+    if not isinstance(gate, PasswordGate):
+        settings = runtime.settings
+        gate = PasswordGate(settings.password_concurrency, settings.password_queue)
+        request.app.state.password_gate = gate
+    return gate
+
+
+PasswordGateDep = Annotated[PasswordGate, Depends(password_gate)]

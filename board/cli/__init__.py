@@ -58,6 +58,30 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--hosts", type=int, default=4, help="simulated hosts")
     demo.add_argument("--interval", type=float, default=5.0, help="seconds between pushes")
     demo.set_defaults(func=commands.demo)
+
+    remove = sub.add_parser(
+        "remove-member", help="end a membership, its API tokens and the person's sessions"
+    )
+    remove.add_argument("email")
+    remove.add_argument("--workspace", required=True)
+    remove.set_defaults(func=commands.remove_member)
+
+    revoke = sub.add_parser("revoke-api-token", help="revoke a personal API token at once")
+    revoke.add_argument("token_prefix", metavar="TOKEN_PREFIX", help="gua_pat_xxxxxxxx")
+    revoke.add_argument("--workspace", required=True)
+    revoke.set_defaults(func=commands.revoke_api_token)
+
+    signout = sub.add_parser("sign-out", help="end every web session of a person")
+    signout.add_argument("email")
+    signout.set_defaults(func=commands.sign_out)
+
+    password = sub.add_parser(
+        "set-password",
+        help="operator reset: set a person's password (read from stdin), ending their sessions",
+    )
+    password.add_argument("email")
+    password.add_argument("--password-stdin", action="store_true", required=True)
+    password.set_defaults(func=commands.set_password)
     return parser
 
 
@@ -67,5 +91,11 @@ def main(argv: list[str] | None = None) -> None:
         code = args.func(args)
     except commands.CommandError as exc:
         print(f"gua-board: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:
+        explained = commands.explain_database_error(exc)
+        if explained is None:
+            raise
+        print(f"gua-board: {explained}", file=sys.stderr)
         sys.exit(2)
     sys.exit(code or 0)

@@ -61,11 +61,14 @@ def migrate(_: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from board.httpserver import raise_open_files_limit, uvicorn_options
+
     settings = _settings()
     url = resolve_database_url(settings)  # also exported to the worker processes
     migrations.upgrade(url)
     settings.resolved_secret_key()  # created once here, not raced by workers
     logging.basicConfig(level=settings.log_level.upper())
+    raise_open_files_limit()  # before the workers start: they inherit it
     uvicorn.run(
         "board.app:create_served_app",
         factory=True,
@@ -74,6 +77,7 @@ def serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=settings.log_level,
         access_log=False,
+        **uvicorn_options(settings),
     )
     return 0
 
@@ -109,6 +113,8 @@ def create_user(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{member.user.email} is {member.role} of {args.workspace}")
+        if member.existing_account and password is not None:
+            print("(an existing account: its password was not changed; see set-password)")
         print(f"API token (shown once): {member.api_token}")
     return 0
 
@@ -179,6 +185,111 @@ def demo(args: argparse.Namespace) -> int:
     from board.demo import run_demo
 
     return run_demo(args, _settings())
+
+
+def remove_member(args: argparse.Namespace) -> int:
+    from board.auth import web_sessions
+    from board.workspaces import service
+
+    async def run(session: AsyncSession) -> None:
+        workspace = await service.get_workspace(session, args.workspace)
+        user_id = await service.remove_member(session, workspace.id, args.email)
+        await web_sessions.end_all(session, user_id)
+
+    _in_session(run)
+    print(f"{args.email} removed from {args.workspace}; their API tokens and sessions ended")
+    return 0
+
+
+def revoke_api_token(args: argparse.Namespace) -> int:
+    from sqlalchemy import func, update
+
+    from board.workspaces import service
+    from board.workspaces.models import ApiToken
+
+    async def run(session: AsyncSession) -> int:
+        workspace = await service.get_workspace(session, args.workspace)
+        result = await session.execute(
+            update(ApiToken)
+            .where(
+                ApiToken.workspace_id == workspace.id,
+                ApiToken.token_prefix == args.token_prefix,
+                ApiToken.revoked_at.is_(None),
+            )
+            .values(revoked_at=func.now())
+            .returning(ApiToken.id)
+        )
+        return len(result.all())
+
+    if _in_session(run) == 0:
+        raise CommandError(f"no live API token {args.token_prefix} in {args.workspace}")
+    print(f"API token {args.token_prefix} revoked")
+    return 0
+
+
+def _user_id(session: AsyncSession, email: str) -> Awaitable[int | None]:
+    from sqlalchemy import select
+
+    from board.workspaces.models import User
+
+    return session.scalar(select(User.id).where(User.email == email.strip().lower()))
+
+
+def sign_out(args: argparse.Namespace) -> int:
+    from board.auth import web_sessions
+
+    async def run(session: AsyncSession) -> int:
+        user_id = await _user_id(session, args.email)
+        if user_id is None:
+            raise CommandError(f"no account {args.email}")
+        return await web_sessions.end_all(session, user_id)
+
+    print(f"{_in_session(run)} session(s) of {args.email} ended")
+    return 0
+
+
+def set_password(args: argparse.Namespace) -> int:
+    """For the operator (who holds the database anyway): a person locked out gets a new one."""
+    from board.auth import web_sessions
+    from board.auth.passwords import hash_password
+    from board.workspaces import service
+
+    password = sys.stdin.readline().rstrip("\n")
+    if not 8 <= len(password) <= 1024:
+        raise CommandError("a password must be 8 to 1024 characters")
+
+    async def run(session: AsyncSession) -> None:
+        user_id = await _user_id(session, args.email)
+        if user_id is None:
+            raise CommandError(f"no account {args.email}")
+        await service.set_password(session, user_id, hash_password(password))
+        await web_sessions.end_all(session, user_id)
+
+    _in_session(run)
+    print(f"password of {args.email} set; their sessions ended")
+    return 0
+
+
+def explain_database_error(exc: BaseException) -> str | None:
+    """One line for the database errors a person can fix, instead of a traceback."""
+    import psycopg
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        orig = getattr(seen, "orig", None)
+        for candidate in (seen, orig):
+            if isinstance(
+                candidate, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn
+            ):
+                return (
+                    "the database has no GUA Board tables (or older ones): "
+                    "run `gua-board migrate` first"
+                )
+            if isinstance(candidate, psycopg.OperationalError):
+                first = str(candidate).strip().splitlines()[0] if str(candidate).strip() else ""
+                return f"cannot reach the database: {first}"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def now() -> datetime:

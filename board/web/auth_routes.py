@@ -6,15 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
 from sqlalchemy import select
-from starlette.concurrency import run_in_threadpool
 
-from board.auth.deps import memberships_of
-from board.auth.passwords import verify_password
+from board.auth import signin_limits, web_sessions
+from board.auth.deps import PasswordGateDep, memberships_of
+from board.auth.passwords import PasswordsBusy
 from board.runtime import RuntimeDep, SessionDep
 from board.web.deps import (
     CsrfDep,
-    LimiterDep,
     SignedInDep,
+    SignInLimitsDep,
     SignInRequired,
     WebSessionDep,
     signed_in,
@@ -22,15 +22,19 @@ from board.web.deps import (
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session
 from board.workspaces.models import User
+from board.workspaces.service import plausible_email
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 _REFUSED = "Wrong email or password."
+_BUSY_SECONDS = 5
 
 
 def safe_next(value: str | None) -> str:
     """Only a path on this board: never another site (open redirect)."""
     if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
+        return "/"
+    if any(ord(c) < 0x20 or c == "\\" for c in value):
         return "/"
     return value
 
@@ -61,6 +65,15 @@ async def signin_form(
     return render(request, "signin.html", {"next": safe_next(next), "email": "", "error": None})
 
 
+def _refused(
+    request: Request, context: dict[str, str], error: str, status: int, retry: int = 0
+) -> Response:
+    response = render(request, "signin.html", {**context, "error": error}, status_code=status)
+    if retry:
+        response.headers["Retry-After"] = str(retry)
+    return response
+
+
 @router.post("/signin")
 async def signin(
     request: Request,
@@ -68,41 +81,47 @@ async def signin(
     web: WebSessionDep,
     db: SessionDep,
     runtime: RuntimeDep,
-    limiter: LimiterDep,
+    gate: PasswordGateDep,
+    limits: SignInLimitsDep,
     email: Annotated[str, Form(max_length=320)] = "",
     password: Annotated[str, Form(max_length=1024)] = "",
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
     email = email.strip().lower()
     address = request.client.host if request.client else "unknown"
-    context = {"next": safe_next(next), "email": email}
-    if limiter.blocked(email, address):
-        minutes = max(1, round(limiter.retry_after(email, address) / 60))
-        response = render(
-            request,
-            "signin.html",
-            {**context, "error": f"Too many failed attempts. Try again in {minutes} min."},
-            status_code=429,
-        )
-        response.headers["Retry-After"] = str(limiter.retry_after(email, address))
-        return response
-    user = await db.scalar(select(User).where(User.email == email)) if email else None
-    password_hash = user.password_hash if user is not None else None
-    # argon2 is deliberately slow: keep it off the event loop.
-    ok = await run_in_threadpool(verify_password, password_hash, password)
+    context = {"next": safe_next(next), "email": email if plausible_email(email) else ""}
+    # Counted before the password is checked, in PostgreSQL: the limit holds across workers.
+    retry = await signin_limits.count_attempt(runtime.pool, limits, email, address)
+    if retry:
+        minutes = max(1, round(retry / 60))
+        error = f"Too many failed attempts. Try again in {minutes} min."
+        return _refused(request, context, error, 429, retry)
+    user = (
+        await db.scalar(select(User).where(User.email == email)) if plausible_email(email) else None
+    )
+    try:
+        ok = await gate.verify(user.password_hash if user is not None else None, password)
+    except PasswordsBusy:
+        error = "The board is busy checking other sign-ins. Try again in a few seconds."
+        return _refused(request, context, error, 429, _BUSY_SECONDS)
     if user is None or not ok:
-        limiter.failed(email, address)
-        return render(request, "signin.html", {**context, "error": _REFUSED}, status_code=401)
-    limiter.succeeded(email, address)
+        return _refused(request, context, _REFUSED, 401)
+    await signin_limits.succeeded(runtime.pool, email, address)
+    secret = await web_sessions.start(db, user.id, runtime.settings.session_max_age_seconds)
     response = redirect(request, safe_next(next))
-    write_session(response, web.signed_in(user.id, user.password_hash), runtime.settings)
+    write_session(request, response, WebSession.signed_in(secret), runtime.settings)
     return response
 
 
 @router.post("/signout")
-async def signout(request: Request, _csrf: CsrfDep, runtime: RuntimeDep) -> Response:
+async def signout(
+    request: Request, _csrf: CsrfDep, web: WebSessionDep, db: SessionDep, runtime: RuntimeDep
+) -> Response:
+    """Ends the session on the server: a copy of the cookie is worthless afterwards."""
+    if web.secret is not None:
+        await web_sessions.end(db, web.secret)
     request.state.web_session = WebSession.anonymous()
     request.state.write_session = False
     response = redirect(request, "/signin")
-    clear_session(response, runtime.settings)
+    clear_session(request, response, runtime.settings)
     return response

@@ -9,12 +9,12 @@ import psycopg
 from fastapi import Depends, Path, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from board.auth import web_sessions
 from board.auth.deps import WorkspaceContext, member_context, memberships_of
+from board.auth.signin_limits import SignInLimits
 from board.errors import Forbidden
 from board.runtime import RuntimeDep, SessionDep
-from board.web.ratelimit import SignInLimiter
-from board.web.sessions import CSRF_FIELD, WebSession, password_tag, read_session
-from board.workspaces.models import User
+from board.web.sessions import CSRF_FIELD, WebSession, read_session
 
 
 class SignInRequired(Exception):
@@ -45,13 +45,13 @@ class SignedIn:
 
 
 async def signed_in(web: WebSessionDep, db: SessionDep) -> SignedIn:
-    if web.user_id is None:
+    """The person whose session row still exists: signed out anywhere is signed out here."""
+    if web.secret is None:
         raise SignInRequired
-    user = await db.get(User, web.user_id)
-    # A changed password (or a deleted person) ends the sessions signed in before.
-    if user is None or password_tag(user.password_hash) != web.password_tag:
+    found = await web_sessions.find(db, web.secret)
+    if found is None:
         raise SignInRequired
-    return SignedIn(user_id=user.id, email=user.email, session=web)
+    return SignedIn(user_id=found.user_id, email=found.email, session=web)
 
 
 SignedInDep = Annotated[SignedIn, Depends(signed_in)]
@@ -91,17 +91,16 @@ async def csrf_checked(request: Request, web: WebSessionDep) -> None:
 CsrfDep = Annotated[None, Depends(csrf_checked)]
 
 
-def signin_limiter(request: Request, runtime: RuntimeDep) -> SignInLimiter:
-    limiter = getattr(request.app.state, "signin_limiter", None)
-    if not isinstance(limiter, SignInLimiter):
-        limiter = SignInLimiter(
-            runtime.settings.signin_max_failures, runtime.settings.signin_window_seconds
-        )
-        request.app.state.signin_limiter = limiter
-    return limiter
+def signin_limits(runtime: RuntimeDep) -> SignInLimits:
+    settings = runtime.settings
+    return SignInLimits(
+        max_failures=settings.signin_max_failures,
+        max_per_address=settings.signin_max_failures_per_address,
+        window_seconds=settings.signin_window_seconds,
+    )
 
 
-LimiterDep = Annotated[SignInLimiter, Depends(signin_limiter)]
+SignInLimitsDep = Annotated[SignInLimits, Depends(signin_limits)]
 
 
 async def report_connection(session: AsyncSession) -> psycopg.AsyncConnection[Any]:

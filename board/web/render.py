@@ -125,7 +125,7 @@ def finish(request: Request, response: Response) -> Response:
     session = getattr(request.state, "web_session", None)
     if getattr(request.state, "write_session", False) and isinstance(session, WebSession):
         runtime: Runtime = request.app.state.runtime
-        write_session(response, session, runtime.settings)
+        write_session(request, response, session, runtime.settings)
     return response
 
 

@@ -1,15 +1,15 @@
-"""Web sessions: a signed cookie that carries who signed in and the session's CSRF token.
+"""The session cookie: the visitor's CSRF token and, once signed in, a session secret.
 
-The cookie is stateless (itsdangerous, keyed by the board's secret key, with a max age),
-so any worker process can read it. It also carries a fingerprint of the person's password
-hash: changing the password ends every session signed in with the old one. Every visitor
-gets a session, signed in or not, so the sign-in form has a CSRF token too; signing in
-issues a fresh one (no session fixation).
+The cookie is signed (itsdangerous, keyed by the board's secret key, with a max age) so
+any worker can read it, but it proves nothing alone: a signed-in session is valid only
+while its row exists in PostgreSQL (`board.auth.web_sessions`), so signing out, a
+password change or an admin's "sign out everywhere" ends it in every process at once.
+Every visitor gets a cookie, signed in or not, so the sign-in form has a CSRF token too;
+signing in issues a fresh one (no session fixation).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
@@ -22,35 +22,24 @@ from board.settings import Settings
 
 COOKIE = "gua_session"
 CSRF_FIELD = "csrf_token"
-_SALT = "gua-board.web-session.v1"
+_SALT = "gua-board.web-session.v2"
 
 
 @dataclass(frozen=True)
 class WebSession:
     csrf: str
-    user_id: int | None = None
-    password_tag: str | None = None
+    secret: str | None = None  # the server-side session's secret; None: not signed in
 
     @classmethod
     def anonymous(cls) -> WebSession:
         return cls(csrf=secrets.token_urlsafe(32))
 
-    def signed_in(self, user_id: int, password_hash: str | None) -> WebSession:
-        return WebSession(
-            csrf=secrets.token_urlsafe(32),
-            user_id=user_id,
-            password_tag=password_tag(password_hash),
-        )
+    @classmethod
+    def signed_in(cls, secret: str) -> WebSession:
+        return cls(csrf=secrets.token_urlsafe(32), secret=secret)
 
     def csrf_matches(self, submitted: str | None) -> bool:
         return bool(submitted) and hmac.compare_digest(self.csrf, str(submitted))
-
-
-def password_tag(password_hash: str | None) -> str | None:
-    """A short digest of the stored hash: enough to notice a change, useless to a reader."""
-    if not password_hash:
-        return None
-    return hashlib.sha256(password_hash.encode()).hexdigest()[:16]
 
 
 def _serializer(settings: Settings) -> URLSafeTimedSerializer:
@@ -60,7 +49,7 @@ def _serializer(settings: Settings) -> URLSafeTimedSerializer:
 def read_session(request: Request, settings: Settings) -> WebSession | None:
     """The request's session, or None when it has none, a forged one, or an expired one."""
     raw = request.cookies.get(COOKIE)
-    if not raw:
+    if not raw or len(raw) > 4096:
         return None
     try:
         data = _serializer(settings).loads(raw, max_age=settings.session_max_age_seconds)
@@ -68,17 +57,26 @@ def read_session(request: Request, settings: Settings) -> WebSession | None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("c"), str):
         return None
-    user_id = data.get("u")
-    tag = data.get("p")
-    return WebSession(
-        csrf=data["c"],
-        user_id=user_id if isinstance(user_id, int) else None,
-        password_tag=tag if isinstance(tag, str) else None,
-    )
+    secret = data.get("s")
+    return WebSession(csrf=data["c"], secret=secret if isinstance(secret, str) else None)
 
 
-def write_session(response: Response, session: WebSession, settings: Settings) -> None:
-    data = {"c": session.csrf, "u": session.user_id, "p": session.password_tag}
+def cookie_secure(request: Request, settings: Settings) -> bool:
+    """The setting when set; else https as the client saw it, or an https public URL.
+
+    Behind a TLS-terminating proxy the request's scheme is https only when the proxy is
+    trusted (uvicorn's FORWARDED_ALLOW_IPS) and sends X-Forwarded-Proto.
+    """
+    if settings.cookie_secure is not None:
+        return settings.cookie_secure
+    public = (settings.public_url or "").lower()
+    return request.url.scheme in ("https", "wss") or public.startswith("https://")
+
+
+def write_session(
+    request: Request, response: Response, session: WebSession, settings: Settings
+) -> None:
+    data = {"c": session.csrf, "s": session.secret}
     value = _serializer(settings).dumps(data)
     response.set_cookie(
         COOKIE,
@@ -87,11 +85,15 @@ def write_session(response: Response, session: WebSession, settings: Settings) -
         path="/",
         httponly=True,
         samesite="lax",
-        secure=bool(settings.cookie_secure),
+        secure=cookie_secure(request, settings),
     )
 
 
-def clear_session(response: Response, settings: Settings) -> None:
+def clear_session(request: Request, response: Response, settings: Settings) -> None:
     response.delete_cookie(
-        COOKIE, path="/", httponly=True, samesite="lax", secure=bool(settings.cookie_secure)
+        COOKIE,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=cookie_secure(request, settings),
     )

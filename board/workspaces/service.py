@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import zoneinfo
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from board.auth import tokens
-from board.auth.passwords import hash_password
+from board.auth import passwords, tokens
 from board.errors import Conflict, NotFound, Unprocessable
 from board.workspaces.models import ROLES, ApiToken, Membership, User, Workspace
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+# No spaces or control characters (PostgreSQL text cannot even hold NUL).
+_EMAIL = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
+# Live personal API tokens one person may hold in one workspace.
+MAX_API_TOKENS = 20
 
 
 async def create_workspace(session: AsyncSession, slug: str, name: str | None) -> Workspace:
@@ -44,6 +49,17 @@ class NewMember:
     user: User
     role: str
     api_token: str
+    # The email already had an account (here or in another workspace): it only gained
+    # this membership; its password and everything else about it are unchanged.
+    existing_account: bool
+
+
+PasswordHasher = Callable[[str], Awaitable[str]]
+
+
+async def _hash_in_thread(password: str) -> str:
+    # Off the event loop; the web and API pass their process's PasswordGate instead.
+    return await asyncio.to_thread(passwords.hash_password, password)
 
 
 async def add_member(
@@ -52,33 +68,111 @@ async def add_member(
     email: str,
     role: str,
     password: str | None,
+    hash_password: PasswordHasher | None = None,
 ) -> NewMember:
-    """Create (or reuse) the person, give them the role here, and a new personal API token."""
+    """Give the person the role here, and a new personal API token (the old ones end).
+
+    A new account may get a first password. An existing account is never changed: an
+    admin of one workspace must not set the password of someone who belongs to another
+    (that was an account takeover across workspaces). Only the person changes it.
+    """
     email = email.strip().lower()
-    if not _EMAIL.match(email):
-        raise Unprocessable(f"{email!r} is not an email address.")
+    if not plausible_email(email):
+        raise Unprocessable(f"{email[:320]!r} is not an email address.")
     if role not in ROLES:
         raise Unprocessable(f"Role must be one of {', '.join(ROLES)}.")
-    if password is not None and len(password) < 8:
-        raise Unprocessable("A password must be at least 8 characters.")
+    if password is not None and not 8 <= len(password) <= 1024:
+        raise Unprocessable("A password must be 8 to 1024 characters.")
     user = await session.scalar(select(User).where(User.email == email))
+    existing = user is not None
     if user is None:
-        user = User(email=email)
+        hasher = hash_password or _hash_in_thread
+        user = User(
+            email=email, password_hash=await hasher(password) if password is not None else None
+        )
         session.add(user)
         await session.flush()
-    if password is not None:
-        user.password_hash = hash_password(password)
     membership = await session.get(Membership, (workspace.id, user.id))
     if membership is None:
         session.add(Membership(workspace_id=workspace.id, user_id=user.id, role=role))
     else:
         membership.role = role
+        # Re-adding hands out a new token: the ones issued before stop working.
+        await revoke_member_tokens(session, workspace.id, user.id)
     await session.flush()
     token = await issue_api_token(session, workspace.id, user.id)
-    return NewMember(user=user, role=role, api_token=token)
+    return NewMember(user=user, role=role, api_token=token.secret, existing_account=existing)
 
 
-async def issue_api_token(session: AsyncSession, workspace_id: int, user_id: int) -> str:
+def plausible_email(email: str) -> bool:
+    return len(email) <= 320 and _EMAIL.match(email) is not None
+
+
+async def find_member(session: AsyncSession, workspace_id: int, email: str) -> Membership:
+    if not plausible_email(email.strip().lower()):
+        raise NotFound("No such member in this workspace.")
+    membership = await session.scalar(
+        select(Membership)
+        .join(User, User.id == Membership.user_id)
+        .where(Membership.workspace_id == workspace_id, User.email == email.strip().lower())
+    )
+    if membership is None:
+        raise NotFound("No such member in this workspace.")
+    return membership
+
+
+async def remove_member(session: AsyncSession, workspace_id: int, email: str) -> int:
+    """End the membership and its API tokens; the person's user id (to end their sessions).
+
+    The last admin cannot be removed: nobody could manage the workspace after.
+    """
+    membership = await find_member(session, workspace_id, email)
+    if membership.role == "admin":
+        admins = await session.scalar(
+            select(func.count())
+            .select_from(Membership)
+            .where(Membership.workspace_id == workspace_id, Membership.role == "admin")
+        )
+        if admins == 1:
+            raise Conflict("This is the workspace's only admin; make someone else admin first.")
+    user_id = membership.user_id
+    await session.execute(
+        delete(ApiToken).where(ApiToken.workspace_id == workspace_id, ApiToken.user_id == user_id)
+    )
+    await session.delete(membership)
+    await session.flush()
+    return user_id
+
+
+async def revoke_member_tokens(session: AsyncSession, workspace_id: int, user_id: int) -> None:
+    await session.execute(
+        update(ApiToken)
+        .where(
+            ApiToken.workspace_id == workspace_id,
+            ApiToken.user_id == user_id,
+            ApiToken.revoked_at.is_(None),
+        )
+        .values(revoked_at=func.now())
+    )
+
+
+async def issue_api_token(
+    session: AsyncSession, workspace_id: int, user_id: int
+) -> tokens.IssuedToken:
+    """A new personal API token for the membership; the secret is shown once."""
+    live = await session.scalar(
+        select(func.count())
+        .select_from(ApiToken)
+        .where(
+            ApiToken.workspace_id == workspace_id,
+            ApiToken.user_id == user_id,
+            ApiToken.revoked_at.is_(None),
+        )
+    )
+    if live is not None and live >= MAX_API_TOKENS:
+        raise Conflict(
+            f"You already have {MAX_API_TOKENS} API tokens in this workspace; revoke one first."
+        )
     issued = tokens.issue(tokens.PAT)
     session.add(
         ApiToken(
@@ -89,7 +183,46 @@ async def issue_api_token(session: AsyncSession, workspace_id: int, user_id: int
         )
     )
     await session.flush()
-    return issued.secret
+    return issued
+
+
+async def list_api_tokens(session: AsyncSession, workspace_id: int, user_id: int) -> list[ApiToken]:
+    """The person's tokens in the workspace, newest first (prefixes only; never a secret)."""
+    return list(
+        (
+            await session.scalars(
+                select(ApiToken)
+                .where(ApiToken.workspace_id == workspace_id, ApiToken.user_id == user_id)
+                .order_by(ApiToken.created_at.desc(), ApiToken.id.desc())
+            )
+        ).all()
+    )
+
+
+async def revoke_api_token(
+    session: AsyncSession, workspace_id: int, user_id: int, token_prefix: str
+) -> None:
+    """Revoke one of the person's own tokens; anyone else's is not found."""
+    token = await session.scalar(
+        select(ApiToken).where(
+            ApiToken.workspace_id == workspace_id,
+            ApiToken.user_id == user_id,
+            ApiToken.token_prefix == token_prefix,
+        )
+    )
+    if token is None:
+        raise NotFound("No such API token of yours.")
+    if token.revoked_at is None:
+        token.revoked_at = datetime.now(UTC)
+    await session.flush()
+
+
+async def set_password(session: AsyncSession, user_id: int, password_hash: str) -> None:
+    user = await session.get(User, user_id)
+    if user is None:
+        raise NotFound("No such person.")
+    user.password_hash = password_hash
+    await session.flush()
 
 
 async def list_members(session: AsyncSession, workspace_id: int) -> list[tuple[User, str]]:

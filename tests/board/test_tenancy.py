@@ -124,4 +124,5 @@ async def test_settings_validation(app, client) -> None:
         "staleAfterSeconds": 90,
         "timezone": "Europe/Berlin",
         "retentionDays": 400,
+        "maxGpusPerHost": 64,
     }

@@ -38,7 +38,7 @@ async def api_token(demo: Any, email: str) -> str:
         workspace = await workspaces.get_workspace(session, demo.slug)
         user = await session.scalar(select(User).where(User.email == email))
         assert user is not None
-        token = await workspaces.issue_api_token(session, workspace.id, user.id)
+        token = (await workspaces.issue_api_token(session, workspace.id, user.id)).secret
         await session.commit()
     return token
 

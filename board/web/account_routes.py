@@ -1,0 +1,137 @@
+"""The signed-in person's own account: password, sessions, personal API tokens."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request, Response
+
+from board.auth import web_sessions
+from board.auth.deps import PasswordGateDep, member_context, memberships_of
+from board.auth.passwords import PasswordsBusy
+from board.errors import DomainError, Forbidden, Unprocessable
+from board.runtime import RuntimeDep, SessionDep
+from board.web.deps import CsrfDep, SignedInDep
+from board.web.render import PageRoute, redirect, render
+from board.web.sessions import WebSession, clear_session, write_session
+from board.workspaces import service as workspaces
+from board.workspaces.models import User
+
+router = APIRouter(prefix="/account", route_class=PageRoute, include_in_schema=False)
+
+NOTICES = {
+    "password-changed": "Password changed. Every other browser signed in as you was signed out.",
+    "token-revoked": "The API token was revoked; it stops working at once.",
+}
+
+
+async def _account_page(
+    request: Request,
+    person: SignedInDep,
+    db: SessionDep,
+    status_code: int = 200,
+    **extra: Any,
+) -> Response:
+    memberships = await memberships_of(db, person.user_id)
+    tokens = []
+    for slug, name, role in memberships:
+        ctx = await member_context(db, slug, person.user_id)
+        found = await workspaces.list_api_tokens(db, ctx.workspace_id, person.user_id)
+        tokens.append({"slug": slug, "name": name, "role": role, "tokens": found})
+    context = {
+        "email": person.email,
+        "memberships": tokens,
+        "notice": NOTICES.get(request.query_params.get("notice", "")),
+        "error": None,
+        "issued": None,
+        **extra,
+    }
+    return render(request, "account.html", context, status_code=status_code)
+
+
+@router.get("")
+async def account(request: Request, person: SignedInDep, db: SessionDep) -> Response:
+    return await _account_page(request, person, db)
+
+
+@router.post("/password")
+async def change_password(
+    request: Request,
+    _csrf: CsrfDep,
+    person: SignedInDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    gate: PasswordGateDep,
+    current_password: Annotated[str, Form(max_length=1024)] = "",
+    new_password: Annotated[str, Form(max_length=1024)] = "",
+) -> Response:
+    """A new password ends every session of the person; this browser gets a new one."""
+    user = await db.get(User, person.user_id)
+    try:
+        if user is None:
+            raise Forbidden("Sign in again.")
+        if len(new_password) < 8:
+            raise Unprocessable("The new password must be at least 8 characters.")
+        if not await gate.verify(user.password_hash, current_password):
+            raise Forbidden("The current password is not right.")
+        await workspaces.set_password(db, user.id, await gate.hash(new_password))
+    except PasswordsBusy:
+        error = "The board is busy checking other passwords. Try again in a few seconds."
+        return await _account_page(request, person, db, status_code=429, error=error)
+    except DomainError as exc:
+        return await _account_page(
+            request, person, db, status_code=exc.status_code, error=exc.detail
+        )
+    await web_sessions.end_all(db, user.id)
+    secret = await web_sessions.start(db, user.id, runtime.settings.session_max_age_seconds)
+    session = WebSession.signed_in(secret)
+    request.state.web_session = session
+    response = redirect(request, "/account?notice=password-changed")
+    write_session(request, response, session, runtime.settings)
+    return response
+
+
+@router.post("/sign-out-everywhere")
+async def sign_out_everywhere(
+    request: Request, _csrf: CsrfDep, person: SignedInDep, db: SessionDep, runtime: RuntimeDep
+) -> Response:
+    """Ends every session of the person, this one included."""
+    await web_sessions.end_all(db, person.user_id)
+    request.state.web_session = WebSession.anonymous()
+    request.state.write_session = False
+    response = redirect(request, "/signin")
+    clear_session(request, response, runtime.settings)
+    return response
+
+
+@router.post("/api-tokens")
+async def issue_token(
+    request: Request,
+    _csrf: CsrfDep,
+    person: SignedInDep,
+    db: SessionDep,
+    workspace: Annotated[str, Form(max_length=63)] = "",
+) -> Response:
+    ctx = await member_context(db, workspace, person.user_id)
+    try:
+        issued = await workspaces.issue_api_token(db, ctx.workspace_id, person.user_id)
+    except DomainError as exc:
+        return await _account_page(
+            request, person, db, status_code=exc.status_code, error=exc.detail
+        )
+    shown = {"workspace": ctx.workspace.slug, "secret": issued.secret, "prefix": issued.prefix}
+    return await _account_page(request, person, db, status_code=201, issued=shown)
+
+
+@router.post("/api-tokens/{prefix}/revoke")
+async def revoke_token(
+    request: Request,
+    prefix: str,
+    _csrf: CsrfDep,
+    person: SignedInDep,
+    db: SessionDep,
+    workspace: Annotated[str, Form(max_length=63)] = "",
+) -> Response:
+    ctx = await member_context(db, workspace, person.user_id)
+    await workspaces.revoke_api_token(db, ctx.workspace_id, person.user_id, prefix)
+    return redirect(request, "/account?notice=token-revoked#tokens")
