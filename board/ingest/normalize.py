@@ -26,22 +26,28 @@ class Observation:
         return to_us(self.observed_at)
 
 
-def gpu_state(gpu: Any) -> str:
-    """usageState as sent, else the single-tick derivation (accounting.md)."""
+def gpu_state(gpu: Any, partial: bool = False) -> str:
+    """usageState as sent, else the single-tick derivation (accounting.md).
+
+    `partial`: the observation's collectionStatus is `partial`. A GPU listing no process
+    at all there may have an unreadable list, so utilization alone decides its state.
+    A GPU with only graphics processes did list its processes: derived normally.
+    """
     if gpu.usageState is not None:
         return str(gpu.usageState)
     has_compute = any((p.type or "compute") == "compute" for p in gpu.processes)
-    return derive_state(gpu.utilPct, has_compute)
+    return derive_state(gpu.utilPct, has_compute, partial and not gpu.processes)
 
 
 def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
+    partial = obs.snapshot.collectionStatus == "partial"
     return Tick(
         host_id=obs.host_id,
         observed_us=obs.observed_us,
         gpus=tuple(
             GpuTick(
                 gpu_id=gpu_ids[g.uuid],
-                state=gpu_state(g),
+                state=gpu_state(g, partial),
                 util_pct=g.utilPct,
                 memory_used_mb=g.memoryUsedMb,
                 memory_total_mb=g.memoryTotalMb,

@@ -4,6 +4,10 @@ Both the ingest path (crediting each new interval, re-splitting one an out-of-or
 observation lands in) and `rollups rebuild` (replaying raw history) call `credit`, so
 the two cannot disagree. All durations are integer microseconds: crediting an interval
 and un-crediting it are exact inverses, which makes totals independent of arrival order.
+
+A tick carries the counted state and the compute holders only; who is billed (the
+holders, or `unknown` for a held card naming no compute process) is decided here, when
+an interval is credited, so every way of obtaining a tick bills the same.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ GPU_COLUMNS = (
 )
 USER_COLUMNS = ("held_us", "active_us", "idle_held_us")
 _STATE_SLOT = {"active": 1, "idle_held": 2, "idle": 3}
+# Billed for a card that is held (active or idle-held) while no compute process is named.
+UNKNOWN_USER = "unknown"
+_NOBODY_NAMED = (UNKNOWN_USER,)
 
 
 def to_us(ts: datetime) -> int:
@@ -39,16 +46,39 @@ def from_us(us: int) -> datetime:
     return EPOCH + timedelta(microseconds=us)
 
 
-def derive_state(util_pct: int, has_compute_process: bool) -> str:
-    """The single-tick rule for agents that send no usageState."""
+def derive_state(
+    util_pct: int, has_compute_process: bool, process_list_unread: bool = False
+) -> str:
+    """The single-tick rule for agents that send no usageState.
+
+    `process_list_unread`: a GPU listing no process at all in a `partial` observation,
+    whose process list may simply be unreadable; utilization alone decides then, so a
+    busy card is never shown as free.
+    """
+    busy = util_pct > ACTIVE_THRESHOLD_PCT
+    if process_list_unread:
+        return "active" if busy else "idle"
     if not has_compute_process:
         return "idle"
-    return "active" if util_pct > ACTIVE_THRESHOLD_PCT else "idle_held"
+    return "active" if busy else "idle_held"
 
 
 def compute_holders(processes: Iterable[tuple[str, str | None]]) -> tuple[str, ...]:
     """Distinct Linux users of compute processes; graphics processes own nothing."""
     return tuple(sorted({user for user, ptype in processes if (ptype or "compute") == "compute"}))
+
+
+def billed_users(state: str, holders: tuple[str, ...]) -> tuple[str, ...]:
+    """Who a GPU's time is billed to: its compute holders, or `unknown` for a card that
+    is held (active or idle-held) with no compute process named.
+
+    Applied where an interval is credited, not where a tick is built, so a tick read
+    back from raw samples (holders from compute rows, the counted state) or from the
+    host's `latest_tick` is billed exactly like the one ingest built.
+    """
+    if holders or state == "idle":
+        return holders
+    return _NOBODY_NAMED
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +114,12 @@ class RollupDelta:
         if length <= 0 or length > max_gap_us or not opener.gpus:
             return  # a gap is billed to nobody and is not covered time
         host = opener.host_id
+        billed = [(g, billed_users(g.state, g.holders)) for g in opener.gpus]
         cursor = start
         while cursor < end_us:
             hour = cursor - cursor % HOUR_US
             piece = min(end_us, hour + HOUR_US) - cursor
-            for g in opener.gpus:
+            for g, users in billed:
                 row = self.gpu.get((host, g.gpu_id, hour))
                 if row is None:
                     row = self.gpu[(host, g.gpu_id, hour)] = [0] * 8
@@ -97,9 +128,9 @@ class RollupDelta:
                 row[4] += sign * g.util_pct * piece
                 row[5] += sign * g.memory_used_mb * piece
                 row[6] += sign * g.memory_total_mb * piece
-                if g.holders:
-                    share = sign * (piece // len(g.holders))
-                    for user in g.holders:
+                if users:
+                    share = sign * (piece // len(users))
+                    for user in users:
                         urow = self.user.get((host, g.gpu_id, user, hour))
                         if urow is None:
                             urow = self.user[(host, g.gpu_id, user, hour)] = [0, 0, 0]

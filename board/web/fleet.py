@@ -2,7 +2,9 @@
 
 A card's state is the GPU's `usageState` from its host's newest observation while that
 host is fresh (`ok` or `partial`); on a stale host nobody knows what the card does now,
-so it is "not observed" and shows its last known values greyed out.
+so it is "not observed" and shows its last known values greyed out. That `usageState` is
+the counted state (the one the rollups credit), so a busy card whose process list could
+not be read counts as active, never as free.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from board.rollups.crediting import compute_holders
+from board.rollups.crediting import billed_users, compute_holders
 
 CARD_STATES = ("active", "idle_held", "idle", "not_observed")
 FRESH = ("ok", "partial")
@@ -85,8 +87,13 @@ class Fleet:
 
 def card_of(host: dict[str, Any], gpu: dict[str, Any]) -> Card:
     processes = gpu.get("processes")
+    # Who is billed, as the reports show it: a held card naming no compute process
+    # (an unreadable process list) is held by `unknown`, not by nobody.
     holders = (
-        compute_holders((p["linuxUser"], p.get("type")) for p in processes)
+        billed_users(
+            str(gpu["usageState"]),
+            compute_holders((p["linuxUser"], p.get("type")) for p in processes),
+        )
         if processes is not None
         else None
     )

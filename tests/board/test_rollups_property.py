@@ -2,6 +2,10 @@
 
 Also: the day rollups (kept by triggers) always equal the sum of their hours.
 
+The series mix agents that send usageState with ones that do not, `partial`
+observations (a GPU listing no process there is derived from utilization alone) and
+held GPUs that name no compute process (billed to `unknown`).
+
 Each example gets its own workspace with two hosts: one receives the generated series
 in time order, once; the other a random permutation of it with repeated observations,
 pushed through the agent API in concurrent groups (so the group-commit writer sees
@@ -36,7 +40,12 @@ from tests.board.test_reports_builders import (
 )
 
 _users = st.sampled_from(["alice", "bob", "carol", "unknown"])
-_procs = st.lists(st.tuples(_users, st.sampled_from([None, "compute", "graphics"])), max_size=3)
+# Often no process at all: a held card naming nobody (billed to `unknown`), or in a
+# partial observation an unreadable process list (state from utilization alone).
+_procs: st.SearchStrategy[list[tuple[str, str | None]]] = st.one_of(
+    st.just([]),
+    st.lists(st.tuples(_users, st.sampled_from([None, "compute", "graphics"])), max_size=3),
+)
 _gpu = st.tuples(
     st.integers(0, 100), st.sampled_from([None, "active", "idle_held", "idle"]), _procs
 )
@@ -44,7 +53,7 @@ _gpu = st.tuples(
 _step = st.tuples(
     st.sampled_from([1, 30, 60, 119, 120, 121, 600, 1800, 3599]),
     st.integers(0, 999_999),
-    st.sampled_from(["both", "both", "both", "gpu0", "error"]),
+    st.sampled_from(["both", "both", "both", "gpu0", "error", "partial"]),
     _gpu,
     _gpu,
 )
@@ -63,6 +72,11 @@ def _bodies(steps: list[Any], base: datetime) -> list[dict[str, Any]]:
         at += timedelta(seconds=seconds, microseconds=micros)
         if kind == "error":
             bodies.append(observation(at, [], agent="1.3.0", status="error"))
+            continue
+        if kind == "partial":
+            body = observation(at, [_gpu_body(0, g0), _gpu_body(1, g1)], status="partial")
+            body["errors"] = ["process_list_unavailable"]
+            bodies.append(body)
             continue
         gpus = [_gpu_body(0, g0)] + ([_gpu_body(1, g1)] if kind == "both" else [])
         bodies.append(observation(at, gpus))

@@ -35,9 +35,15 @@ async def _series(app: Any, client: Any) -> tuple[Any, Any]:
     host = await enroll(client, tenant)
     d = days_ago_midnight(2)
     held = [gpu(0, util=90, state="active", procs=[proc("hank"), proc("ida")]), gpu(1)]
+    # Every other observation is partial: GPU-2, busy and listing no process, is active
+    # there (utilization alone) and billed to `unknown`; in the ok ones it is idle.
+    partial = [*held, gpu(2, util=60)]
     # Across midnight and several hours, with one gap (20 min) in the middle.
-    for minutes in (-30, -25, -20, -10, 0, 5, 25, 30, 60, 65, 125):
-        body = observation(d + timedelta(minutes=minutes), held)
+    for i, minutes in enumerate((-30, -25, -20, -10, 0, 5, 25, 30, 60, 65, 125)):
+        body = observation(d + timedelta(minutes=minutes), partial if i % 2 else held)
+        if i % 2:
+            body["collectionStatus"] = "partial"
+            body["errors"] = ["process_list_unavailable"]
         assert (await push(client, host["agentToken"], body)).status_code == 202
     return tenant, host
 
@@ -47,6 +53,7 @@ async def test_command_restores_damaged_rollups(app, client, settings, capsys) -
     async with await psycopg.AsyncConnection.connect(_url(app), autocommit=True) as conn:
         ws = await workspace_id(conn, tenant.slug)
         good = await rollup_rows(conn, ws)
+        assert {row[1] for row in good[1]} == {"hank", "ida", "unknown"}
         await conn.execute(
             "UPDATE gpu_hour_rollups SET covered_us = 1 WHERE workspace_id = %s", [ws]
         )
