@@ -114,12 +114,11 @@ class RollupDelta:
         if length <= 0 or length > max_gap_us or not opener.gpus:
             return  # a gap is billed to nobody and is not covered time
         host = opener.host_id
-        billed = [(g, billed_users(g.state, g.holders)) for g in opener.gpus]
         cursor = start
         while cursor < end_us:
             hour = cursor - cursor % HOUR_US
             piece = min(end_us, hour + HOUR_US) - cursor
-            for g, users in billed:
+            for g in opener.gpus:
                 row = self.gpu.get((host, g.gpu_id, hour))
                 if row is None:
                     row = self.gpu[(host, g.gpu_id, hour)] = [0] * 8
@@ -128,6 +127,8 @@ class RollupDelta:
                 row[4] += sign * g.util_pct * piece
                 row[5] += sign * g.memory_used_mb * piece
                 row[6] += sign * g.memory_total_mb * piece
+                # billed_users(g.state, g.holders), inlined: the ingest hot path.
+                users = g.holders or (_NOBODY_NAMED if g.state != "idle" else ())
                 if users:
                     share = sign * (piece // len(users))
                     for user in users:

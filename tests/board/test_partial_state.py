@@ -27,7 +27,7 @@ import pytest
 
 from board.db.urls import libpq_url
 from board.ingest.normalize import decode_tick, encode_tick
-from board.rollups.crediting import GpuTick, RollupDelta, Tick, derive_state
+from board.rollups.crediting import GpuTick, RollupDelta, Tick, billed_users, derive_state
 from board.rollups.rebuild import rebuild
 from tests.board.helpers import enroll, make_tenant, push
 from tests.board.test_reports_builders import (
@@ -202,6 +202,10 @@ def test_derivation_rules() -> None:
     assert derive_state(80, False) == "idle"
     assert derive_state(80, True) == "active"
     assert derive_state(5, True) == "idle_held"
+    assert billed_users("active", ()) == ("unknown",)
+    assert billed_users("idle_held", ()) == ("unknown",)
+    assert billed_users("idle", ()) == ()
+    assert billed_users("idle_held", ("alice", "bob")) == ("alice", "bob")
 
 
 def test_every_way_of_obtaining_a_tick_bills_the_same() -> None:
