@@ -17,6 +17,7 @@ from board.db.urls import libpq_url, resolve_database_url
 from board.enrollment.routes import router as enrollment_router
 from board.errors import install_error_handlers
 from board.hosts.routes import router as hosts_router
+from board.httpserver import BodyDeadlineMiddleware
 from board.ingest.routes import router as ingest_router
 from board.partitions.scheduler import maintenance_loop
 from board.reports.routes import router as reports_router
@@ -86,6 +87,13 @@ def create_app(
 
     app = FastAPI(title="GUA Board", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
+    # A body trickled in (or stalled) fails the request with 408 instead of holding its
+    # handler; headers are bounded one layer down, in the server (board/httpserver.py).
+    app.add_middleware(
+        BodyDeadlineMiddleware,
+        idle_seconds=settings.http_body_idle_seconds,
+        total_seconds=settings.http_body_seconds,
+    )
     app.include_router(ingest_router)
     app.include_router(archives_agent_router)
     app.include_router(archives_api_router)

@@ -37,6 +37,7 @@ from board.db.urls import resolve_database_url
 from board.enrollment import service as enrollment
 from board.errors import NotFound
 from board.hosts.models import Host
+from board.httpserver import uvicorn_options
 from board.partitions.scheduler import maintain_once
 from board.runtime import Runtime
 from board.settings import Settings
@@ -354,6 +355,7 @@ async def serve_demo(
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=2,
+        **uvicorn_options(settings),
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())

@@ -1,0 +1,231 @@
+"""How the board's HTTP server bounds slow clients: header deadline, body deadlines.
+
+uvicorn alone bounds only an idle keep-alive connection (`timeout_keep_alive`, disarmed by
+the first byte that arrives). A client that sends its request line and headers one byte
+every few seconds, or opens a connection and sends nothing, holds it forever; one that
+trickles a body holds a request handler too. So:
+
+- `HeaderDeadlineProtocol` (the connection layer): the request line and all headers must
+  arrive within `http_header_seconds` of the connection opening or of the previous
+  response, else 408 and the connection is closed.
+- `BodyDeadlineMiddleware` (the ASGI layer): each body chunk must arrive within
+  `http_body_idle_seconds`, the whole body within `http_body_seconds`, else the handler's
+  read fails with 408 and the handler stops.
+
+`uvicorn_options` is what `gua-board serve` and `gua-board demo` both give uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import resource
+from typing import Any, TypedDict, cast
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from board.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# uvicorn's own default, kept: an idle connection after a response is closed after this.
+KEEP_ALIVE_SECONDS = 5
+
+
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol (what its "auto" picks), with a deadline for headers.
+
+    A timer is armed when the connection opens and when a response completes (unless a
+    pipelined request is already waiting), and cancelled when a request's headers are
+    complete. On expiry: 408 with a JSON `detail` if a request had begun, a silent close
+    if the client had sent nothing (an idle keep-alive or pre-opened connection: a 408
+    there could be read as the answer to a request the client is just sending).
+    Everything after the headers (the body, the app) is not this timer's concern.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        header_seconds: float,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.header_seconds = header_seconds
+        self.header_timer: asyncio.TimerHandle | None = None
+        # A request's first byte has arrived and its headers are not complete yet.
+        self.request_begun = False
+
+    def connection_made(  # type: ignore[override]  # uvicorn narrows it the same way
+        self, transport: asyncio.Transport
+    ) -> None:
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        self.request_begun = True
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self.request_begun = False
+        self._disarm_header_timer()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        # A queued pipelined request already has its headers: it starts now, no deadline.
+        pipelined = bool(self.pipeline)
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            # Also bounds what is left of a body the app answered without reading.
+            self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._disarm_header_timer()
+        self.header_timer = self.loop.call_later(self.header_seconds, self._header_time_up)
+
+    def _disarm_header_timer(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _header_time_up(self) -> None:
+        self.header_timer = None
+        if self.transport.is_closing():
+            return
+        responding = self.cycle is not None and not self.cycle.response_complete
+        if self.request_begun and not responding:
+            log.debug("request headers from %s too slow: 408, closing", self.client)
+            self.transport.write(self._timeout_response())
+        self.transport.close()
+
+    def _timeout_response(self) -> bytes:
+        detail = (
+            f"The request line and headers did not arrive within {self.header_seconds:g} seconds."
+        )
+        body = json.dumps({"detail": detail}).encode()
+        head = [STATUS_LINE[408]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+        ]
+        return b"".join(head) + body
+
+
+class RequestTimeout(HTTPException):
+    """408 from a body read; rendered as {"detail": ...} by the app's handlers."""
+
+    def __init__(self, detail: str) -> None:
+        # close: what is left of the body is not worth waiting for on this connection.
+        super().__init__(408, detail, headers={"Connection": "close"})
+
+
+class BodyDeadline:
+    """One request's `receive`, bounded until the body is complete, then passed through.
+
+    Passing through after the last chunk matters: a streaming response waits in
+    `receive` for the disconnect for as long as it streams.
+    """
+
+    __slots__ = ("_receive", "_idle", "_total", "_deadline", "_done")
+
+    def __init__(self, receive: Receive, idle_seconds: float, total_seconds: float) -> None:
+        self._receive = receive
+        self._idle = idle_seconds
+        self._total = total_seconds
+        self._deadline: float | None = None
+        self._done = False
+
+    async def receive(self) -> Message:
+        if self._done:
+            return await self._receive()
+        now = asyncio.get_running_loop().time()
+        if self._deadline is None:  # the whole body's clock starts at the app's first read
+            self._deadline = now + self._total
+        idle_until = now + self._idle
+        try:
+            async with asyncio.timeout_at(min(idle_until, self._deadline)):
+                message = await self._receive()
+        except TimeoutError:
+            self._done = True
+            if idle_until < self._deadline:
+                raise RequestTimeout(
+                    f"The request body stalled: nothing arrived for {self._idle:g} seconds."
+                ) from None
+            raise RequestTimeout(
+                f"The request body did not arrive within {self._total:g} seconds."
+            ) from None
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self._done = True
+        return message
+
+
+class BodyDeadlineMiddleware:
+    """Pure ASGI (nothing buffered, responses untouched): bounds how long bodies take."""
+
+    def __init__(self, app: ASGIApp, idle_seconds: float, total_seconds: float) -> None:
+        self.app = app
+        self.idle_seconds = idle_seconds
+        self.total_seconds = total_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        bounded = BodyDeadline(receive, self.idle_seconds, self.total_seconds)
+        await self.app(scope, bounded.receive, send)
+
+
+class UvicornOptions(TypedDict):
+    http: type[asyncio.Protocol]
+    timeout_keep_alive: int
+
+
+def uvicorn_options(settings: Settings) -> UvicornOptions:
+    """The connection bounds, for uvicorn.run(...) and uvicorn.Config(...) alike.
+
+    The protocol goes as a partial of a module-level class: uvicorn pickles its config to
+    the --workers processes, and a partial of an importable class pickles.
+
+    No limit_concurrency: uvicorn counts every open connection against it, idle and slow
+    ones included, so a cap would turn a few hundred held connections into 503s for
+    everyone; the deadlines above bound how long each can be held instead. The backlog
+    stays uvicorn's 2048 (the kernel caps it at net.core.somaxconn).
+    """
+    protocol = functools.partial(
+        HeaderDeadlineProtocol, header_seconds=settings.http_header_seconds
+    )
+    return {
+        # uvicorn calls it with the protocol's keyword arguments; it is not a class.
+        "http": cast("type[asyncio.Protocol]", protocol),
+        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+    }
+
+
+def raise_open_files_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit (as Go's runtime does), for this process
+    and the workers it starts: each connection is a descriptor, and the usual soft 1024
+    is a few seconds' worth of connections held up to the header deadline."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # Linux refuses an infinite one; 2**20 is its usual fs.nr_open.
+    target = 1_048_576 if hard == resource.RLIM_INFINITY else hard
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("could not raise the open files limit to %d: %s", target, exc)

@@ -1,0 +1,333 @@
+"""Slow clients are cut off: `gua-board serve --workers 2`, raw sockets, small deadlines.
+
+A client that trickles its headers or body (or sends nothing) must lose its connection
+with a 408, or silently where nothing of a request came, instead of holding a worker.
+Deadlines in the assertions are generous (30 s against limits of 1-3 s): these tests
+say "cut off", never "cut off fast".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from websockets.sync.client import connect as ws_connect
+
+from agent import AGENT_VERSION
+from agent.fake import FakeCollector
+
+HEADER_SECONDS = 1.0
+BODY_IDLE_SECONDS = 1.0
+BODY_SECONDS = 3.0
+CUT_OFF_WITHIN = 30.0  # seconds: generous, the machine is shared and slow
+TRICKLE_EVERY = 0.5
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Board:
+    host: str
+    port: int
+    agent_token: str
+    api_token: str
+    slug: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), timeout=CUT_OFF_WITHIN)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def healthy(self) -> bool:
+        return httpx.get(f"{self.url}/healthz", timeout=CUT_OFF_WITHIN).status_code == 200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [str(BIN / "gua-board"), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def board(
+    pg_admin_url: str, template_db: str, worker_tag: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Board]:
+    """One server for the module (starting two workers is the slow part), own database."""
+    name = f"gua_t_{worker_tag}_slow_clients"
+    conninfo = psycopg.conninfo.conninfo_to_dict(pg_admin_url)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    host = conninfo.get("host") or "127.0.0.1"
+    database_url = (
+        f"postgresql://{conninfo.get('user') or 'postgres'}@/{name}"
+        f"?host={host}&port={conninfo.get('port') or 5432}"
+        if str(host).startswith("/")
+        else f"postgresql://{conninfo.get('user') or 'postgres'}@{host}:"
+        f"{conninfo.get('port') or 5432}/{name}"
+    )
+    data_dir = tmp_path_factory.mktemp("slow-clients")
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(
+        {
+            "NO_PROXY": "127.0.0.1,localhost",
+            "GUA_BOARD_DATABASE_URL": database_url,
+            "GUA_BOARD_DATA_DIR": str(data_dir),
+            "GUA_BOARD_HTTP_HEADER_SECONDS": str(HEADER_SECONDS),
+            "GUA_BOARD_HTTP_BODY_IDLE_SECONDS": str(BODY_IDLE_SECONDS),
+            "GUA_BOARD_HTTP_BODY_SECONDS": str(BODY_SECONDS),
+        }
+    )
+    slug = "slow"
+    _cli(env, "create-workspace", slug, "--name", "Slow clients")
+    api_token = json.loads(
+        _cli(
+            env,
+            "create-user",
+            "admin@slow.example",
+            "--workspace",
+            slug,
+            "--role",
+            "admin",
+            "--json",
+        )
+    )["apiToken"]
+    enrollment_token = json.loads(_cli(env, "issue-token", "--workspace", slug, "--json"))[
+        "enrollmentToken"
+    ]
+
+    port = _free_port()
+    log = data_dir / "board.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(BIN / "gua-board"), "serve", "--port", str(port), "--workers", "2"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, f"gua-board serve exited: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no /healthz: {log.read_text()[-3000:]}"
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.3)
+        claimed = httpx.post(
+            f"{url}/agent/v1/enrollments/claim",
+            json={
+                "enrollmentToken": enrollment_token,
+                "hostname": "slow-host",
+                "agentVersion": AGENT_VERSION,
+                "driverVersion": FakeCollector.driver_version,
+            },
+            timeout=CUT_OFF_WITHIN,
+        )
+        assert claimed.status_code == 201, claimed.text
+        yield Board("127.0.0.1", port, claimed.json()["agentToken"], api_token, slug)
+        assert process.poll() is None, f"gua-board serve died: {log.read_text()[-3000:]}"
+        # Nothing of the deadlines' code in a traceback (a loaded machine may log others:
+        # uvicorn restarts a worker that misses its 5 s health check while starting).
+        assert "board/httpserver.py" not in log.read_text(), log.read_text()[-3000:]
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class CutOff:
+    """How a slow client's connection ended: what it got, and how much it had sent."""
+
+    received: bytes
+    sent: int
+
+
+def _read_to_close(sock: socket.socket, received: bytes, deadline: float) -> bytes:
+    """Everything until the server closes (a reset counts as closed)."""
+    while True:
+        assert time.monotonic() < deadline, f"still open; got {received!r}"
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            return received
+        if not chunk:
+            return received
+        received += chunk
+
+
+def trickle(sock: socket.socket, data: bytes, every: float = TRICKLE_EVERY) -> CutOff:
+    """Send `data` one byte every `every` seconds until the server answers or closes."""
+    deadline = time.monotonic() + CUT_OFF_WITHIN
+    for sent in range(len(data)):
+        assert time.monotonic() < deadline, f"not cut off after {sent} bytes"
+        try:
+            sock.sendall(data[sent : sent + 1])
+        except (BrokenPipeError, ConnectionResetError):
+            return CutOff(_read_to_close(sock, b"", deadline), sent)
+        readable, _, _ = select.select([sock], [], [], every)
+        if readable:
+            return CutOff(_read_to_close(sock, b"", deadline), sent + 1)
+    raise AssertionError("the whole request was accepted, one byte at a time")
+
+
+def wait_closed(sock: socket.socket) -> bytes:
+    return _read_to_close(sock, b"", time.monotonic() + CUT_OFF_WITHIN)
+
+
+def assert_408(response: bytes, mentions: str) -> None:
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), response
+    assert b"connection: close" in head.lower(), head
+    detail = json.loads(body)["detail"]
+    assert isinstance(detail, str)
+    assert mentions in detail, detail
+
+
+def test_trickled_headers_are_cut_off(board: Board) -> None:
+    request = b"GET /healthz HTTP/1.1\r\nHost: board\r\nX-Slow: " + b"a" * 400 + b"\r\n\r\n"
+    with board.connect() as sock:
+        cut = trickle(sock, request)
+    assert cut.sent < len(request)
+    if cut.received:  # else the close raced the 408 out of the socket
+        assert_408(cut.received, "headers")
+    assert board.healthy()
+
+
+def test_partial_headers_then_silence_get_408(board: Board) -> None:
+    with board.connect() as sock:
+        sock.sendall(b"POST /agent/v1/observations HTTP/1.1\r\nHost: board\r\nContent-")
+        assert_408(wait_closed(sock), "did not arrive within 1 seconds")
+
+
+def test_a_connection_that_sends_nothing_is_closed_silently(board: Board) -> None:
+    with board.connect() as sock:
+        assert wait_closed(sock) == b""
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_its_responses(board: Board) -> None:
+    with board.connect() as sock:
+        for _ in range(3):  # each response re-arms the deadline, each request's headers end it
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: board\r\n\r\n")
+            head = b""
+            while b'"ok"' not in head:
+                chunk = sock.recv(65536)
+                assert chunk, head
+                head += chunk
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            time.sleep(HEADER_SECONDS / 4)
+        assert wait_closed(sock) == b""
+
+
+def test_pipelined_requests_are_all_answered(board: Board) -> None:
+    with board.connect() as sock:
+        request = b"GET /healthz HTTP/1.1\r\nHost: board\r\n\r\n"
+        sock.sendall(request * 3)
+        received = wait_closed(sock)
+    assert received.count(b"HTTP/1.1 200 ") == 3, received
+    assert b"408" not in received
+
+
+def _body_request(board: Board, path: str, length: int) -> bytes:
+    token = board.agent_token if path == "/agent/v1/observations" else "unused"
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: board\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("path", ["/agent/v1/observations", "/agent/v1/enrollments/claim"])
+def test_a_trickled_body_is_cut_off(board: Board, path: str) -> None:
+    body = b"{" + b" " * 2000 + b"}"
+    with board.connect() as sock:
+        sock.sendall(_body_request(board, path, len(body)))
+        cut = trickle(sock, body)  # faster than the idle limit, never done within the total
+    assert cut.sent < len(body)
+    if cut.received:
+        assert_408(cut.received, "did not arrive within 3 seconds")
+    assert board.healthy()
+
+
+@pytest.mark.parametrize("path", ["/agent/v1/observations", "/agent/v1/enrollments/claim"])
+def test_a_stalled_body_gets_408(board: Board, path: str) -> None:
+    with board.connect() as sock:
+        sock.sendall(_body_request(board, path, 100) + b'{"observedAt": ')
+        assert_408(wait_closed(sock), "stalled")
+
+
+def test_idle_and_slow_connections_do_not_stop_others(board: Board) -> None:
+    held: list[socket.socket] = []
+    try:
+        for i in range(50):
+            sock = board.connect()
+            if i % 2:  # half send the start of a request and stall
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: bo")
+            held.append(sock)
+        with httpx.Client(base_url=board.url, timeout=CUT_OFF_WITHIN) as client:
+            for _ in range(10):
+                assert client.get("/healthz").status_code == 200
+        for sock in held:
+            wait_closed(sock)  # and every one of them is let go
+    finally:
+        for sock in held:
+            sock.close()
+    assert board.healthy()
+
+
+def test_streams_outlive_the_deadlines(board: Board) -> None:
+    """The deadlines end at the headers and the body: open streams are not cut."""
+    util = {"type": "util", "gpus": [{"deviceUuid": "GPU-0", "utilPct": 42, "memUsedMb": 1}]}
+    sse_headers = {"Authorization": f"Bearer {board.api_token}"}
+    sse_url = f"{board.url}/api/v1/workspaces/{board.slug}/stream"
+    with (
+        httpx.stream("GET", sse_url, headers=sse_headers, timeout=CUT_OFF_WITHIN) as sse,
+        ws_connect(
+            f"ws://{board.host}:{board.port}/agent/v1/stream",
+            additional_headers={"Authorization": f"Bearer {board.agent_token}"},
+            open_timeout=CUT_OFF_WITHIN,
+        ) as agent,
+    ):
+        assert sse.status_code == 200
+        lines = sse.iter_lines()
+        assert next(lines) == "event: hello"
+        # Longer than every deadline (and the keep-alive): both must still be open.
+        time.sleep(max(HEADER_SECONDS, BODY_SECONDS, 5.0) + 1.5)
+        agent.send(json.dumps({**util, "ts": time.time()}))
+        # Through PostgreSQL to whichever worker holds the SSE.
+        deadline = time.monotonic() + CUT_OFF_WITHIN
+        for line in lines:
+            if line == "event: util":
+                break
+            assert time.monotonic() < deadline, "no util event"
+        else:
+            raise AssertionError("the SSE stream ended")
