@@ -88,7 +88,7 @@ def wheel_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("wheel-venv")
     assert not venv.resolve().is_relative_to(REPO)
     _run([sys.executable, "-m", "venv", "--clear", str(venv)], venv)
-    _run([str(venv / "bin" / "pip"), "install", "-q", f"{wheel}[board]"], venv)
+    _run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", f"{wheel}[board]"], venv)
     return venv
 
 
