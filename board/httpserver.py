@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import resource
+from collections.abc import Generator
 from typing import Any, TypedDict, cast
 
 from starlette.exceptions import HTTPException
@@ -41,12 +42,16 @@ KEEP_ALIVE_SECONDS = 5
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol (what its "auto" picks), with a deadline for headers.
 
-    A timer is armed when the connection opens and when a response completes (unless a
-    pipelined request is already waiting), and cancelled when a request's headers are
+    The clock starts when the connection opens and when a response completes (unless a
+    pipelined request is already waiting), and stops when a request's headers are
     complete. On expiry: 408 with a JSON `detail` if a request had begun, a silent close
     if the client had sent nothing (an idle keep-alive or pre-opened connection: a 408
     there could be read as the answer to a request the client is just sending).
-    Everything after the headers (the body, the app) is not this timer's concern.
+    Everything after the headers (the body, the app) is not this clock's concern.
+
+    The timer is lazy: a request only moves `header_deadline`; the one timer of the
+    connection, when it fires, re-arms itself for a deadline that moved. A busy
+    keep-alive connection so creates a timer every `header_seconds`, not per request.
     """
 
     def __init__(
@@ -60,6 +65,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.header_seconds = header_seconds
+        # When the awaited request line and headers are due; None: awaiting none.
+        self.header_deadline: float | None = None
         self.header_timer: asyncio.TimerHandle | None = None
         # A request's first byte has arrived and its headers are not complete yet.
         self.request_begun = False
@@ -68,10 +75,13 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self, transport: asyncio.Transport
     ) -> None:
         super().connection_made(transport)
-        self._arm_header_timer()
+        self._await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_header_timer()
+        self.header_deadline = None
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -80,7 +90,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.request_begun = False
-        self._disarm_header_timer()
+        self.header_deadline = None
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -89,21 +99,22 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not pipelined and not self.transport.is_closing():
             # Also bounds what is left of a body the app answered without reading.
-            self._arm_header_timer()
+            self._await_headers()
 
-    def _arm_header_timer(self) -> None:
-        self._disarm_header_timer()
-        self.header_timer = self.loop.call_later(self.header_seconds, self._header_time_up)
+    def _await_headers(self) -> None:
+        self.header_deadline = self.loop.time() + self.header_seconds
+        if self.header_timer is None:
+            self.header_timer = self.loop.call_at(self.header_deadline, self._check_headers)
 
-    def _disarm_header_timer(self) -> None:
-        if self.header_timer is not None:
-            self.header_timer.cancel()
-            self.header_timer = None
-
-    def _header_time_up(self) -> None:
+    def _check_headers(self) -> None:
         self.header_timer = None
-        if self.transport.is_closing():
+        deadline = self.header_deadline
+        if deadline is None or self.transport.is_closing():
+            return  # not awaiting headers: the next response arms a timer again
+        if self.loop.time() < deadline:  # the clock was restarted since this was armed
+            self.header_timer = self.loop.call_at(deadline, self._check_headers)
             return
+        self.header_deadline = None
         responding = self.cycle is not None and not self.cycle.response_complete
         if self.request_begun and not responding:
             log.debug("request headers from %s too slow: 408, closing", self.client)
@@ -134,11 +145,47 @@ class RequestTimeout(HTTPException):
         super().__init__(408, detail, headers={"Connection": "close"})
 
 
+class _Resumed:
+    """Awaits an awaitable whose first step already ran and yielded `pending`.
+
+    `yield from` by hand (PEP 380): what the event loop sends or throws in is passed on.
+    """
+
+    __slots__ = ("_steps", "_pending")
+
+    def __init__(self, steps: Generator[Any, Any, Message], pending: Any) -> None:
+        self._steps = steps
+        self._pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Message]:
+        steps, pending = self._steps, self._pending
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as exc:  # CancelledError above all: the deadline's
+                try:
+                    pending = steps.throw(exc)
+                except StopIteration as done:
+                    return cast(Message, done.value)
+            else:
+                try:
+                    pending = steps.send(sent)
+                except StopIteration as done:
+                    return cast(Message, done.value)
+
+
 class BodyDeadline:
     """One request's `receive`, bounded until the body is complete, then passed through.
 
     Passing through after the last chunk matters: a streaming response waits in
     `receive` for the disconnect for as long as it streams.
+
+    Cheap where it counts: a chunk the server already holds (a small body arrives with
+    its headers: every agent push) is returned without any timer; only a read that
+    must wait for the client is run under `asyncio.timeout_at` (~10 us a timer here).
     """
 
     __slots__ = ("_receive", "_idle", "_total", "_deadline", "_done")
@@ -156,19 +203,25 @@ class BodyDeadline:
         now = asyncio.get_running_loop().time()
         if self._deadline is None:  # the whole body's clock starts at the app's first read
             self._deadline = now + self._total
-        idle_until = now + self._idle
+        steps = self._receive().__await__()
         try:
-            async with asyncio.timeout_at(min(idle_until, self._deadline)):
-                message = await self._receive()
-        except TimeoutError:
-            self._done = True
-            if idle_until < self._deadline:
+            pending = steps.send(None)  # first step: done already if the chunk is here
+        except StopIteration as done:
+            message = cast(Message, done.value)
+        else:
+            idle_until = now + self._idle
+            try:
+                async with asyncio.timeout_at(min(idle_until, self._deadline)):
+                    message = await _Resumed(steps, pending)
+            except TimeoutError:
+                self._done = True
+                if idle_until < self._deadline:
+                    raise RequestTimeout(
+                        f"The request body stalled: nothing arrived for {self._idle:g} seconds."
+                    ) from None
                 raise RequestTimeout(
-                    f"The request body stalled: nothing arrived for {self._idle:g} seconds."
+                    f"The request body did not arrive within {self._total:g} seconds."
                 ) from None
-            raise RequestTimeout(
-                f"The request body did not arrive within {self._total:g} seconds."
-            ) from None
         if message["type"] != "http.request" or not message.get("more_body", False):
             self._done = True
         return message

@@ -60,11 +60,26 @@ class Settings(BaseSettings):
     # store, e.g. an S3-compatible one, built by factory(settings).
     archive_store: str = "local"
     archive_dir: Path | None = None
-    archive_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
-    # A gzip bomb is refused by its decompressed size, not only by what was uploaded.
-    archive_max_uncompressed_bytes: int = Field(default=1024 * 1024 * 1024, ge=1024)
-    # Data rows one archive object may hold (a day at a 1 s tick on 8 GPUs is ~0.7 M).
-    archive_max_rows: int = Field(default=2_000_000, ge=1)
+    # Archive limits, sized for the largest real day: the agent's fastest tick (1 s), 8 GPUs,
+    # 16 processes each. gpu_sample: 86,400 x 8 = 691,200 rows of ~105 B (~70 MiB);
+    # proc_sample: 86,400 x 8 x 16 = 11,059,200 rows of ~125 B (~1.3 GiB), which gzip
+    # shrinks 16-38x to 45-85 MiB (measured on generated days). Each default leaves about
+    # half as much again of headroom; beyond them an upload is refused (413).
+    archive_max_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
+    # Decompressed bytes of one object: at most this, and at most archive_max_expansion
+    # times the upload (never below 4 MiB), so a small gzip bomb costs little CPU (real
+    # archives expand 7-38x; deflate can reach ~1000x).
+    archive_max_uncompressed_bytes: int = Field(default=2 * 1024 * 1024 * 1024, ge=1024)
+    archive_max_expansion: int = Field(default=200, ge=10, le=2000)
+    archive_max_rows: int = Field(default=16_000_000, ge=1)
+    # One CSV record (a real row is ~130 characters; names are at most 255) and the
+    # header's columns (the agent writes 10 at most).
+    archive_max_row_chars: int = Field(default=4096, ge=256, le=1024 * 1024)
+    archive_max_columns: int = Field(default=256, ge=16, le=4096)
+    # Rows of one instant (ts) in one table, and their CSV text: a live push carries a
+    # tick in at most 1 MiB; 4,096 rows is 64 GPUs x 64 processes.
+    archive_max_tick_rows: int = Field(default=4096, ge=64, le=65_536)
+    archive_max_tick_chars: int = Field(default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024)
     # An archive tick this close to a stored observation of the host is the same tick.
     archive_match_tolerance_ms: int = Field(default=1000, ge=0, le=60_000)
     backfill_poll_seconds: float = Field(default=30.0, gt=0, le=3600)

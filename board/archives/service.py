@@ -10,8 +10,9 @@ one of them alone could never be completed later, since stored ticks are skipped
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
+import threading
+import weakref
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from board.archives.csvfile import TABLES, BadArchive, validate
+from board.archives.csvfile import TABLES, BadArchive, Checked, Limits, validate
 from board.archives.models import FULL, ArchiveBackfill, ArchiveObject
 from board.archives.storage import ArchiveStore, object_key
 from board.auth.deps import WorkspaceContext
@@ -28,19 +29,34 @@ from board.hosts.service import get_host_row
 from board.settings import Settings
 
 DAY_TABLES = tuple(t for t, spec in TABLES.items() if spec.daily)
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# ASCII digits only: `\d` would also take "２０２６", which PostgreSQL's check refuses.
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+# No agent history is older; it also keeps every date computation far from year 1.
+EARLIEST_DAY = date(2000, 1, 1)
+MAX_OLDER_THAN_DAYS = 36_500
+# Archive checks running at once per process (each a thread, CPU-bound): more uploads
+# wait their turn rather than take every core.
+VALIDATIONS_AT_ONCE = 2
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A query value as a detail quotes it: repr (no control characters), shortened."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")
 
 
 def parse_target(
     table: str | None, day_text: str | None, now: datetime, settings: Settings
 ) -> tuple[str, str, date | None]:
-    """(table, day as named, the UTC day or None for `_full`), or a 422 saying why."""
+    """(table, day as stored, the UTC day or None for `_full`), or a 422 saying why."""
     if not table:
         raise Unprocessable("The query parameter 'table' is required.")
     spec = TABLES.get(table)
     if spec is None:
         raise Unprocessable(
-            f"Unknown archive table {table!r}; expected one of {', '.join(TABLES)}."
+            f"Unknown archive table {_shown(table)}; expected one of {', '.join(TABLES)}."
         )
     if not day_text:
         raise Unprocessable("The query parameter 'date' is required.")
@@ -48,22 +64,41 @@ def parse_target(
         if day_text != FULL:
             raise Unprocessable(f"The {table} table is archived whole: use date={FULL}.")
         return table, FULL, None
-    if day_text == FULL or not _DATE.match(day_text):
+    if day_text == FULL or not _DATE.fullmatch(day_text):
         raise Unprocessable(
-            f"The {table} table is archived per UTC day: date must be YYYY-MM-DD, not {day_text!r}."
+            f"The {table} table is archived per UTC day: date must be YYYY-MM-DD, "
+            f"not {_shown(day_text)}."
         )
     try:
         day = date.fromisoformat(day_text)
     except ValueError:
-        raise Unprocessable(f"date {day_text!r} is not a calendar date.") from None
+        raise Unprocessable(f"date {day_text} is not a calendar date.") from None
+    if day < EARLIEST_DAY:
+        raise Unprocessable(f"date {day_text} is before {EARLIEST_DAY}; no archive is that old.")
     # Only closed days: the day must have ended, allowing the clock skew live pushes get.
-    end = datetime.combine(day + timedelta(days=1), time(), UTC)
-    if end > now + timedelta(seconds=settings.max_future_seconds):
+    # Compared as "day starts at least a day before now + skew": day + 1 would overflow
+    # for 9999-12-31.
+    latest_start = now.astimezone(UTC) + timedelta(seconds=settings.max_future_seconds - 86_400)
+    if datetime.combine(day, time(), UTC) > latest_start:
         raise Unprocessable(
             f"date {day_text} is not a closed UTC day yet (the board's clock says "
             f"{now.isoformat()}); only past days are archived."
         )
-    return table, day_text, day
+    return table, day.isoformat(), day
+
+
+def parse_older_than_days(text: str | None) -> int:
+    """The DELETE's olderThanDays: ASCII digits, 0..36500, or a 422 saying so."""
+    rule = f"a whole number of days from 0 to {MAX_OLDER_THAN_DAYS}"
+    if text is None or text == "":
+        raise Unprocessable(f"The query parameter 'olderThanDays' is required: {rule}.")
+    if not text.isascii() or not text.isdigit():
+        raise Unprocessable(f"olderThanDays must be {rule}, not {_shown(text)}.")
+    # Length first: int() of a string of more than 4,300 digits raises.
+    significant = text.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_OLDER_THAN_DAYS)) or int(significant) > MAX_OLDER_THAN_DAYS:
+        raise Unprocessable(f"olderThanDays must be {rule}, not {_shown(text)}.")
+    return int(significant)
 
 
 async def list_archives(session: AsyncSession, workspace_id: int, host_id: int) -> list[Any]:
@@ -101,16 +136,16 @@ async def store_archive(
     table, day_text, day = target
     if len(data) > settings.archive_max_bytes:
         raise PayloadTooLarge(
-            f"The archive is larger than the limit of {settings.archive_max_bytes} bytes."
+            f"The archive is larger than the limit of {settings.archive_max_bytes} bytes "
+            "(GUA_BOARD_ARCHIVE_MAX_BYTES)."
         )
     try:
-        rows = await asyncio.to_thread(
-            validate, table, day, data, settings.archive_max_uncompressed_bytes
-        )
+        checked = await check_upload(table, day, data, Limits.of(settings))
     except BadArchive as exc:
         if exc.too_large:
             raise PayloadTooLarge(exc.detail) from None
         raise BadRequest(exc.detail) from None
+    rows = checked.rows
     key = object_key(workspace_id, host_id, table, day_text)
     now = datetime.now(UTC)
     await store.put(key, data)
@@ -122,7 +157,7 @@ async def store_archive(
         "storage_key": key,
         "size_bytes": len(data),
         "row_count": rows,
-        "sha256": hashlib.sha256(data).hexdigest(),
+        "sha256": checked.sha256,
         "uploaded_at": now,
     }
     upsert = insert(ArchiveObject).values(values)
@@ -144,6 +179,38 @@ async def store_archive(
         "sizeBytes": len(data),
         "backfill": backfill,
     }
+
+
+async def check_upload(
+    table: str,
+    day: date | None,
+    data: bytes,
+    limits: Limits,
+    stop: threading.Event | None = None,
+) -> Checked:
+    """Validate in a thread, a few at a time; called off if the request goes away.
+
+    The event loop keeps serving meanwhile (the thread holds the GIL only between
+    chunks of gzip and CSV work, and the digest is computed there too). Cancelling the
+    awaiting task sets `stop`, which the reading thread checks every 1,024 rows (and
+    then ends with csvfile.Stopped, which nobody awaits any more).
+    """
+    stop = stop or threading.Event()
+    try:
+        async with validation_gate():
+            return await asyncio.to_thread(validate, table, day, data, limits, stop)
+    except BaseException:
+        stop.set()  # a cancel leaves the thread running: tell it to stop
+        raise
+
+
+def validation_gate() -> asyncio.Semaphore:
+    """This event loop's turn-taking for archive checks (VALIDATIONS_AT_ONCE at a time)."""
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = asyncio.Semaphore(VALIDATIONS_AT_ONCE)
+    return gate
 
 
 async def request_backfill(
@@ -217,9 +284,14 @@ async def release_waiting(session: AsyncSession, workspace_id: int, host_id: int
 async def prune(
     session: AsyncSession, principal: tuple[int, int], older_than_days: int, now: datetime
 ) -> list[str]:
-    """Drop the host's daily objects older than N days (never `_full`); their keys."""
+    """Drop the host's daily objects older than N days (never `_full`); their keys.
+
+    Any int is safe: a negative one counts as 0, one reaching past year 1 drops nothing.
+    """
     workspace_id, host_id = principal
-    cutoff = now.astimezone(UTC).date() - timedelta(days=older_than_days)
+    today = now.astimezone(UTC).date()
+    days = max(0, older_than_days)
+    cutoff = today - timedelta(days=days) if days < (today - date.min).days else date.min
     keys = (
         await session.scalars(
             delete(ArchiveObject)

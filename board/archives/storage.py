@@ -3,17 +3,19 @@
 The database indexes what is stored (board.archives.models); the store only keeps
 bytes under a key. Any object store with put/get/delete by key fits, e.g. an
 S3-compatible bucket: set GUA_BOARD_ARCHIVE_STORE=package.module:factory, where
-factory(settings) returns an ArchiveStore.
+factory(settings) returns an ArchiveStore. One that can also `open` an object as a
+seekable file lets the back-fill stream it instead of holding it in memory whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import io
 import os
 import secrets
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from board.settings import Settings
 
@@ -28,6 +30,25 @@ class ArchiveStore(Protocol):
 
     async def delete(self, key: str) -> None:
         """Remove key; a missing key is not an error."""
+
+
+@runtime_checkable
+class OpenableStore(Protocol):
+    """A store that can also hand out an object as a seekable file (read as a stream)."""
+
+    async def open(self, key: str) -> BinaryIO:
+        """A binary file of the object, positioned at its start; FileNotFoundError if none."""
+
+
+async def open_object(store: ArchiveStore, key: str) -> BinaryIO:
+    """An object to read as a stream: the store's own file where it has one, else its bytes.
+
+    The caller closes it. A local store's open file keeps reading the object it opened,
+    even if an upload replaces it or a prune deletes it meanwhile.
+    """
+    if isinstance(store, OpenableStore):
+        return await store.open(key)
+    return io.BytesIO(await store.get(key))
 
 
 class LocalArchiveStore:
@@ -60,6 +81,9 @@ class LocalArchiveStore:
 
     async def get(self, key: str) -> bytes:
         return await asyncio.to_thread(self._path(key).read_bytes)
+
+    async def open(self, key: str) -> BinaryIO:
+        return await asyncio.to_thread(self._path(key).open, "rb")
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self._path(key).unlink, missing_ok=True)

@@ -15,23 +15,27 @@ import logging
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from board.archives.backfill import (
+    OVER_GPU_LIMIT,
     Converter,
     Device,
+    GpuBudget,
     MissingDevice,
     Planner,
     Progress,
     TickReader,
     to_int,
 )
-from board.archives.csvfile import open_rows
-from board.archives.storage import ArchiveStore, make_store
+from board.archives.csvfile import MAX_DEVICE_ROWS, ArchiveReader, Limits
+from board.archives.storage import ArchiveStore, make_store, open_object
+from board.errors import DomainError
 from board.ingest.store import Outcome
 from board.rollups.crediting import to_us
 
 if TYPE_CHECKING:
+    from board.ingest.normalize import Observation
     from board.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -169,70 +173,89 @@ class Archives:
             raise JobFailed("the day's gpu_sample or proc_sample archive is no longer stored")
         hosts = await self._execute(
             """
-            SELECT hostname, display_name, agent_version, driver_version, revoked_at
-            FROM hosts WHERE workspace_id = %(w)s AND id = %(h)s
+            SELECT h.hostname, h.display_name, h.agent_version, h.driver_version,
+                   h.revoked_at, w.max_gpus_per_host
+            FROM hosts h JOIN workspaces w ON w.id = h.workspace_id
+            WHERE h.workspace_id = %(w)s AND h.id = %(h)s
             """,
             {"w": job.workspace_id, "h": job.host_id},
         )
         if not hosts or hosts[0][4] is not None:
             raise JobFailed("the host was revoked")
-        hostname, display_name, agent_version, driver_version, _ = hosts[0]
+        hostname, display_name, agent_version, driver_version, _, max_gpus = hosts[0]
         host = {
             "hostname": (hostname or display_name or "unknown")[:255],
             "agentVersion": (agent_version or "unknown")[:64],
             "driverVersion": (driver_version or "unknown")[:64],
         }
-        devices = await self._devices(job, keys.get(("gpu_device", "_full")))
-        gpu_data = await self.store.get(gpu_key)
-        proc_data = await self.store.get(proc_key)
+        limits = Limits.of(settings)
+        board_gpus = await self._board_gpus(job)
+        devices = await self._devices(board_gpus, keys.get(("gpu_device", "_full")), limits)
         tolerance_us = settings.archive_match_tolerance_ms * 1000
         stored = await self._stored_times(job, tolerance_us)
         now = datetime.now(UTC)
+        sources: list[BinaryIO] = []
+        try:
+            sources.append(await open_object(self.store, gpu_key))
+            sources.append(await open_object(self.store, proc_key))
 
-        def plan() -> Planner:
-            reader = TickReader(gpu_data, proc_data, settings.archive_max_uncompressed_bytes)
-            converter = Converter(
-                reader.gpu_columns,
-                reader.proc_columns,
-                devices,
-                devices_complete=("gpu_device", "_full") in keys,
-                host=host,
-            )
-            return Planner(
-                reader,
-                converter,
-                workspace_id=job.workspace_id,
-                host_id=job.host_id,
-                stored_us=stored,
-                tolerance_us=tolerance_us,
-                oldest=now - timedelta(days=settings.raw_retention_days),
-                received_at=now,
-                progress=progress,
-            )
+            def plan() -> Planner:
+                reader = TickReader(sources[0], sources[1], limits)
+                converter = Converter(
+                    devices, devices_complete=("gpu_device", "_full") in keys, host=host
+                )
+                return Planner(
+                    reader,
+                    converter,
+                    workspace_id=job.workspace_id,
+                    host_id=job.host_id,
+                    stored_us=stored,
+                    tolerance_us=tolerance_us,
+                    oldest=now - timedelta(days=settings.raw_retention_days),
+                    received_at=now,
+                    progress=progress,
+                    gpu_budget=GpuBudget(set(board_gpus), int(max_gpus)),
+                )
 
-        planner = await asyncio.to_thread(plan)
-        writer = self.runtime.writer
-        while chunk := await asyncio.to_thread(planner.next_chunk, settings.ingest_max_batch):
-            outcomes = await asyncio.gather(
-                *(writer.submit(o) for o in chunk), return_exceptions=True
-            )
-            failure: BaseException | None = None
-            for outcome in outcomes:
-                if outcome is Outcome.STORED:
-                    progress.added += 1
-                elif outcome is Outcome.DUPLICATE:
-                    progress.skip("already_stored")
-                elif outcome is Outcome.REVOKED:
-                    failure = failure or JobFailed("the host was revoked")
-                elif isinstance(outcome, BaseException):
-                    failure = failure or outcome
-            if failure is not None:
-                raise failure
-            await self._heartbeat(job, progress)
+            planner = await asyncio.to_thread(plan)
+            while chunk := await asyncio.to_thread(planner.next_chunk, settings.ingest_max_batch):
+                await self._store_chunk(chunk, progress)
+                del chunk  # not held while the next one is read
+                await self._heartbeat(job, progress)
+        finally:
+            for source in sources:
+                source.close()
 
-    async def _devices(self, job: Job, device_key: str | None) -> dict[str, Device]:
-        """Names and totals: the board's GPU rows, overlaid by the agent's gpu_device table."""
-        devices = {
+    async def _store_chunk(self, chunk: list[Observation], progress: Progress) -> None:
+        """Write a chunk through the live path's writer; count what became of each tick."""
+        outcomes = await asyncio.gather(
+            *(self.runtime.writer.submit(o) for o in chunk), return_exceptions=True
+        )
+        failure: BaseException | None = None
+        for observation, outcome in zip(chunk, outcomes, strict=True):
+            if outcome is Outcome.STORED:
+                progress.added += 1
+            elif outcome is Outcome.DUPLICATE:
+                progress.skip("already_stored")
+            elif outcome is Outcome.REVOKED:
+                failure = failure or JobFailed("the host was revoked")
+            elif isinstance(outcome, DomainError):
+                # The write path refused this tick. Its GPU limit (checked there too, as a
+                # live push may have added GPUs since the planner counted) is a skip.
+                if outcome.extra.get("reason") == "too_many_gpus":
+                    progress.skip(OVER_GPU_LIMIT)
+                else:
+                    progress.error(f"{observation.snapshot.observedAt}: {outcome.detail}")
+            elif isinstance(outcome, BaseException):
+                failure = failure or outcome
+            else:  # an outcome this worker does not know: counted under its name
+                progress.skip(str(getattr(outcome, "value", outcome)))
+        if failure is not None:
+            raise failure
+
+    async def _board_gpus(self, job: Job) -> dict[str, Device]:
+        """The GPUs the board has for the host (they count against its GPU limit)."""
+        return {
             uuid: Device(name, total, index)
             for uuid, index, name, total in await self._execute(
                 """
@@ -242,20 +265,29 @@ class Archives:
                 {"w": job.workspace_id, "h": job.host_id},
             )
         }
+
+    async def _devices(
+        self, board_gpus: dict[str, Device], device_key: str | None, limits: Limits
+    ) -> dict[str, Device]:
+        """Names and totals: the board's GPU rows, overlaid by the agent's gpu_device table."""
+        devices = dict(board_gpus)
         if device_key is None:
             return devices
-        data = await self.store.get(device_key)
-        limit = self.runtime.settings.archive_max_uncompressed_bytes
+        source = await open_object(self.store, device_key)
 
         def parse() -> dict[str, Device]:
-            columns, rows = open_rows(data, limit)
-            at = {n: columns.index(n) for n in ("gpu_uuid", "name", "memory_total_mb")}
+            reader = ArchiveReader(source, limits)
+            at = {n: reader.columns.index(n) for n in ("gpu_uuid", "name", "memory_total_mb")}
             found: dict[str, Device] = {}
-            for row in rows:
+            for row in reader:
+                if reader.rows > MAX_DEVICE_ROWS:
+                    raise JobFailed(
+                        f"the gpu_device archive lists more than {MAX_DEVICE_ROWS} GPUs"
+                    )
 
                 def cell(name: str, row: list[str] = row) -> str:
                     i = at[name]
-                    return row[i] if i is not None and i < len(row) else ""
+                    return row[i] if i is not None else ""
 
                 uuid = cell("gpu_uuid")
                 known = devices.get(uuid)
@@ -270,7 +302,10 @@ class Archives:
                 )
             return found
 
-        devices.update(await asyncio.to_thread(parse))
+        try:
+            devices.update(await asyncio.to_thread(parse))
+        finally:
+            source.close()
         return devices
 
     async def _stored_times(self, job: Job, margin_us: int) -> list[int]:

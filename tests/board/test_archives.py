@@ -230,7 +230,7 @@ async def backfill_of(
             headers=tenant.auth("member"),
         )
         assert r.status_code == 200, r.text
-        jobs = {j["date"]: j for j in r.json()["backfills"]}
+        jobs: dict[str, dict[str, Any]] = {j["date"]: j for j in r.json()["backfills"]}
         job = jobs.get(day)
         if job is not None and job["status"] in until:
             return job

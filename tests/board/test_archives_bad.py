@@ -55,6 +55,10 @@ def _rows(n: int) -> list[list[Any]]:
     return [[f"{DAY}T00:00:00+00:00", f"GPU-{i}", 5, "", "", 0, 1, 1, 1] for i in range(n)]
 
 
+def _cells(ts: str = f"{DAY}T01:00:00+00:00", uuid: str = "GPU-0") -> list[Any]:
+    return [ts, uuid, 5, "", "", 0, 1, 1, 1]
+
+
 CASES: dict[str, tuple[str, str, bytes, int, str]] = {
     "not gzip": ("gpu_sample", DAY, b"ts,gpu_uuid,util_pct\r\n", 400, "not gzip"),
     "truncated gzip": ("gpu_sample", DAY, GOOD_GPU[: len(GOOD_GPU) // 2], 400, "gzip"),
@@ -89,6 +93,65 @@ CASES: dict[str, tuple[str, str, bytes, int, str]] = {
     "no table": ("", DAY, GOOD_GPU, 422, "'table' is required"),
     "too large": ("gpu_sample", DAY, os.urandom(LIMIT + 1), 413, "larger than the limit"),
     "gzip bomb": ("gpu_sample", DAY, gz_csv(GPU_SAMPLE, _rows(3000)), 413, "decompresses"),
+    "blank-line bomb": (
+        "gpu_sample",
+        DAY,
+        gzip.compress(b"ts,gpu_uuid,util_pct\r\n" + b"\r\n" * 100_000),
+        413,
+        "decompresses",
+    ),
+    "NUL in a cell": ("gpu_sample", DAY, gz_csv(GPU_SAMPLE, [_cells(uuid="G\x00")]), 400, "NUL"),
+    "NUL in the header": ("gpu_sample", DAY, gz_csv(["ts\x00", "x"], []), 400, "NUL"),
+    "invalid UTF-8 in a cell": (
+        "gpu_sample",
+        DAY,
+        gzip.compress(f"ts,gpu_uuid,util_pct\r\n{DAY}T01:00:00+00:00,G".encode() + b"\xc3(,1\r\n"),
+        400,
+        "UTF-8",
+    ),
+    "huge field": (
+        "gpu_sample",
+        DAY,
+        gz_csv(GPU_SAMPLE, [_cells(uuid="G" * 10_000)]),
+        413,
+        "GUA_BOARD_ARCHIVE_MAX_ROW_CHARS",
+    ),
+    "a quoted field over many lines": (
+        "gpu_sample",
+        DAY,
+        gz_csv(GPU_SAMPLE, [_cells(uuid="\n" * 10_000)]),
+        413,
+        "GUA_BOARD_ARCHIVE_MAX_ROW_CHARS",
+    ),
+    "thousands of columns": (
+        "gpu_sample",
+        DAY,
+        gz_csv([*GPU_SAMPLE, *(f"c{i}" for i in range(3000))], []),
+        413,
+        "GUA_BOARD_ARCHIVE_MAX_ROW_CHARS",
+    ),
+    "hundreds of columns": (
+        "gpu_sample",
+        DAY,
+        gz_csv([*GPU_SAMPLE, *(f"c{i}" for i in range(300))], []),
+        413,
+        "GUA_BOARD_ARCHIVE_MAX_COLUMNS",
+    ),
+    "ts overflowing in UTC": (
+        "gpu_sample",
+        DAY,
+        gz_csv(GPU_SAMPLE, [_cells(ts="9999-12-31T23:59:59-05:00")]),
+        400,
+        "ISO 8601",
+    ),
+    "junk after the gzip data": ("gpu_sample", DAY, GOOD_GPU + b"junk", 400, "gzip"),
+    "gzip of gzip": ("gpu_sample", DAY, gzip.compress(GOOD_GPU), 400, "UTF-8"),
+    "year 9999": ("gpu_sample", "9999-12-31", GOOD_GPU, 422, "not a closed UTC day"),
+    "year 1": ("gpu_sample", "0001-01-01", GOOD_GPU, 422, "before 2000-01-01"),
+    "no leap day": ("gpu_sample", "2025-02-29", GOOD_GPU, 422, "calendar date"),
+    "a plus sign": ("gpu_sample", "%2B2026-11-30", GOOD_GPU, 422, "YYYY-MM-DD"),
+    "full-width digits": ("gpu_sample", "２０２６-１１-３０", GOOD_GPU, 422, "YYYY-MM-DD"),
+    "a long table name": ("t" * 5000, DAY, GOOD_GPU, 422, "Unknown archive table"),
 }
 
 
@@ -114,10 +177,20 @@ async def test_bad_archive_is_refused_and_changes_nothing(
 
 
 async def test_bad_prune_parameter(client: httpx.AsyncClient, host: dict[str, Any]) -> None:
-    for query in ("", "?olderThanDays=-1", "?olderThanDays=soon"):
+    for query in (
+        "",
+        "?olderThanDays=-1",
+        "?olderThanDays=soon",
+        "?olderThanDays=" + "9" * 5000,  # int() of it raises; a timedelta of it overflows
+        "?olderThanDays=99999999999",
+        "?olderThanDays=36501",
+        "?olderThanDays=%2B5",
+        "?olderThanDays=１２",
+    ):
         r = await client.delete(f"/agent/v1/archives{query}", headers=bearer(host))
-        assert r.status_code == 422
+        assert r.status_code == 422, (query[:40], r.text)
         assert isinstance(r.json()["detail"], str)
+        assert len(r.json()["detail"]) < 300
 
 
 async def test_a_refused_upload_keeps_the_stored_one(

@@ -8,6 +8,7 @@ say "cut off", never "cut off fast".
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -23,10 +24,14 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+import uvicorn
+from starlette.types import Receive, Scope, Send
 from websockets.sync.client import connect as ws_connect
 
 from agent import AGENT_VERSION
 from agent.fake import FakeCollector
+from board.httpserver import BodyDeadlineMiddleware, uvicorn_options
+from board.settings import Settings
 
 HEADER_SECONDS = 1.0
 BODY_IDLE_SECONDS = 1.0
@@ -331,3 +336,55 @@ def test_streams_outlive_the_deadlines(board: Board) -> None:
             assert time.monotonic() < deadline, "no util event"
         else:
             raise AssertionError("the SSE stream ended")
+
+
+async def _echo_size(scope: Scope, receive: Receive, send: Send) -> None:
+    """A bare ASGI app: reads the whole body, answers its size and how many reads it took."""
+    size = reads = 0
+    while True:
+        message = await receive()
+        reads += 1
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = json.dumps({"size": size, "reads": reads}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def test_a_body_sent_in_pauses_within_the_limits_is_read_whole() -> None:
+    """The deadlines' slow path (a read that waits for the client) hands every chunk on."""
+    settings = Settings(http_header_seconds=60, http_body_idle_seconds=60, http_body_seconds=120)
+    app = BodyDeadlineMiddleware(
+        _echo_size,
+        idle_seconds=settings.http_body_idle_seconds,
+        total_seconds=settings.http_body_seconds,
+    )
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", **uvicorn_options(settings)
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not serving.done()
+            await asyncio.sleep(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(2):  # twice on one keep-alive connection
+            writer.write(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 30\r\n\r\n")
+            for piece in range(3):
+                writer.write(b"%d" % piece * 10)
+                await writer.drain()
+                await asyncio.sleep(0.3)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CUT_OFF_WITHIN)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            answer = json.loads(await reader.readexactly(length))
+            assert answer["size"] == 30
+            assert answer["reads"] >= 2  # at least one read really waited
+        writer.close()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, CUT_OFF_WITHIN)
