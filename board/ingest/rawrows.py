@@ -69,11 +69,12 @@ def sample_params(
     processes: list[tuple[Any, ...]] = []
     for o in observations:
         ws, host, at = o.workspace_id, o.host_id, o.observed_at.isoformat()
+        partial = o.snapshot.collectionStatus == "partial"
         for g in o.snapshot.gpus:
             gpu_id = gpu_ids[(host, g.uuid)][0]
             gpus.append(
                 (ws, host, at, gpu_id, g.index, g.utilPct, g.memoryUsedMb, g.memoryTotalMb,
-                 g.temperatureC, g.powerW, g.usageState, gpu_state(g))
+                 g.temperatureC, g.powerW, g.usageState, gpu_state(g, partial))
             )  # fmt: skip
             for p in g.processes:
                 processes.append(
