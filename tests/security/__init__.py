@@ -1,0 +1,1 @@
+"""Adversarial tests against a live `gua-board serve --workers 2`."""

@@ -1,0 +1,162 @@
+"""One served board for the whole security suite, and two seeded workspaces to attack.
+
+The board is `gua-board serve --workers 2` as a subprocess (real argon2 costs, real
+uvicorn, two processes that share nothing but PostgreSQL), on a database cloned from the
+migrated template of tests/conftest.py. Its limits are set low enough that a test can
+reach them quickly, and high enough that ordinary requests never do.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import psycopg
+import pytest
+
+from tests.security.live import SECRET, Board, start_board, stop_board
+from tests.security.seed import (
+    Tenant,
+    day_archives,
+    enroll,
+    issue_enrollment,
+    make_tenant,
+    push_history,
+    unique,
+    upload_archive,
+    yesterday,
+)
+
+MAX_FAILURES = 3
+HEADER_SECONDS = 5.0
+BODY_IDLE_SECONDS = 5.0
+BODY_SECONDS = 12.0
+ARCHIVE_MAX_UNCOMPRESSED = 4 * 1024 * 1024
+ARCHIVE_MAX_ROWS = 20_000
+SETTINGS = {
+    "GUA_BOARD_SIGNIN_MAX_FAILURES": str(MAX_FAILURES),
+    "GUA_BOARD_SIGNIN_WINDOW_SECONDS": "900",
+    "GUA_BOARD_HTTP_HEADER_SECONDS": str(HEADER_SECONDS),
+    "GUA_BOARD_HTTP_BODY_IDLE_SECONDS": str(BODY_IDLE_SECONDS),
+    "GUA_BOARD_HTTP_BODY_SECONDS": str(BODY_SECONDS),
+    "GUA_BOARD_ARCHIVE_MAX_UNCOMPRESSED_BYTES": str(ARCHIVE_MAX_UNCOMPRESSED),
+    "GUA_BOARD_ARCHIVE_MAX_ROWS": str(ARCHIVE_MAX_ROWS),
+    "GUA_BOARD_LOG_LEVEL": "info",
+}
+
+
+@pytest.fixture(scope="session")
+def security_database_url(pg_admin_url: str, template_db: str, worker_tag: str) -> Iterator[str]:
+    from tests.conftest import _as_url, _url_for
+
+    name = f"gua_sec_{worker_tag}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield _as_url(_url_for(pg_admin_url, name))
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def board(security_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
+    served = start_board(security_database_url, tmp_path_factory.mktemp("board"), SETTINGS)
+    try:
+        yield served
+    finally:
+        stop_board(served)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _log_never_holds_a_secret(board: Board) -> Iterator[None]:
+    """After each module: the server's log holds no token secret and no password."""
+    yield
+    text = board.log_text()
+    whole = sorted({s[:14] + "…" for s in SECRET.findall(text)})
+    assert not whole, f"the server's log holds token secrets: {whole}"
+    leaked = board.leaks_in(text)
+    assert not leaked, f"the server's log holds secrets or passwords: {leaked}"
+
+
+def db(url: str, sql: str, *args: object) -> object:
+    """One value from the board's database (to prove that nothing was stored)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(sql, args).fetchone()  # type: ignore[arg-type]
+    return None if row is None else row[0]
+
+
+@dataclass
+class World:
+    """Workspaces A (the attacker's) and B (the victim's), with hosts and history."""
+
+    a: Tenant
+    b: Tenant
+    # B's names as its hosts and admins chose them: never in an answer to A.
+    b_names: list[str] = field(default_factory=list)
+    b_enrollment_prefix: str = ""
+    b_pat_prefix: str = ""
+
+
+@pytest.fixture(scope="session")
+def world(board: Board) -> World:
+    a = make_tenant(board, "alpha")
+    b = make_tenant(board, "bravo")
+    marker = secrets.token_hex(3)
+    enroll(board, a, f"alpha-host-{marker}", via_cli=True)
+    push_history(board, a.hosts[0], users=(f"alphauser{marker}",))
+    names = {
+        "hostname": f"bravo-secret-host-{marker}",
+        "user": f"bravosecretuser{marker}",
+        "process": f"bravo-secret-proc-{marker}",
+        "gpu": f"BRAVO SECRET GPU {marker}",
+        "archive_user": f"bravoarchiveuser{marker}",
+        "archive_process": f"bravo-archive-proc-{marker}",
+        "pending": f"bravo-pending-{marker}",
+    }
+    host = enroll(board, b, names["hostname"], via_cli=True)
+    push_history(
+        board,
+        host,
+        users=(names["user"],),
+        process_names=(names["process"],),
+        gpu_names=(names["gpu"],),
+    )
+    gpu, procs = day_archives(names["archive_user"], names["archive_process"])
+    day = yesterday().date().isoformat()
+    for table, body in (("gpu_sample", gpu), ("proc_sample", procs)):
+        reply = upload_archive(board, host, table, day, body)
+        assert reply.status_code == 201, reply
+    issue_enrollment(board, b, names["pending"])
+    with board.client(b.admin.token) as c:
+        listed = board.call(c, "GET", f"/api/v1/workspaces/{b.slug}/enrollment-tokens")
+        extra = board.call(c, "POST", "/api/v1/me/api-tokens", json={})
+    pending = (
+        [
+            t["tokenPrefix"]
+            for t in listed.json()["enrollmentTokens"]
+            if t.get("displayName") == names["pending"]
+        ]
+        if listed.status_code == 200
+        else []
+    )
+    pat_prefix = ""
+    if extra.status_code == 201:  # personal API tokens may not have landed yet
+        board.remember(extra.json()["apiToken"])
+        pat_prefix = extra.json()["tokenPrefix"]
+    return World(
+        a=a,
+        b=b,
+        b_names=[*names.values(), *(p.email for p in b.people)],
+        b_enrollment_prefix=pending[0] if pending else "",
+        b_pat_prefix=pat_prefix,
+    )
+
+
+@pytest.fixture(scope="session")
+def scratch(board: Board) -> Tenant:
+    """A third workspace for tests that change settings, revoke hosts or push odd names."""
+    return make_tenant(board, "charlie")
+
+
+__all__ = ["World", "db", "unique"]
