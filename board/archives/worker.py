@@ -362,7 +362,7 @@ class Archives:
         params = self._counters(job, progress)
         params.update(
             status=status,
-            reason=reason,
+            reason=reason if reason is None or len(reason) <= 500 else reason[:499] + "…",
             not_before=datetime.now(UTC) + retry_in if retry_in else None,
         )
         await self._execute(

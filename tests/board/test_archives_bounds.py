@@ -185,7 +185,8 @@ async def test_a_cancelled_upload_tells_its_check_to_stop() -> None:
         stop = threading.Event()
         body = gz_csv(GPU_SAMPLE, gpu_rows(10))
         task = asyncio.create_task(service.check_upload("gpu_sample", DAY, body, limits(), stop))
-        while not gate.locked() or not getattr(gate, "_waiters", None):
+        while not getattr(gate, "_waiters", None):  # the check waits for its turn
+            assert not task.done()
             await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -196,6 +197,54 @@ async def test_a_cancelled_upload_tells_its_check_to_stop() -> None:
             gate.release()
     checked = await service.check_upload("gpu_sample", DAY, body, limits())
     assert checked.rows == 10
+
+
+class ThreadRecordingEvent(threading.Event):
+    """A stop flag that notes which threads look at it (the reading thread does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def is_set(self) -> bool:
+        self.threads.add(threading.get_ident())
+        return super().is_set()
+
+
+async def test_the_check_runs_off_the_event_loop() -> None:
+    stop = ThreadRecordingEvent()
+    body = gz_csv(GPU_SAMPLE, gpu_rows(3000))
+    assert (await service.check_upload("gpu_sample", DAY, body, limits(), stop)).rows == 3000
+    assert stop.threads
+    assert threading.get_ident() not in stop.threads
+
+
+async def test_uploads_past_the_checks_at_once_wait_and_the_board_still_answers(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant)
+    gate = service.validation_gate()
+    for _ in range(service.VALIDATIONS_AT_ONCE):
+        await gate.acquire()
+    released = False
+    try:
+        gpu = archive_of(make_ticks(yesterday() + timedelta(hours=1), n=3))[0]
+        pending = asyncio.create_task(upload(client, host, "gpu_sample", DAY.isoformat(), gpu))
+        while not getattr(gate, "_waiters", None):  # the upload waits for its turn
+            assert not pending.done(), pending.result().text
+            await asyncio.sleep(0.01)
+        listed = await client.get("/agent/v1/archives", headers=bearer(host))
+        assert listed.json() == {"archives": []}
+        assert not pending.done()
+        for _ in range(service.VALIDATIONS_AT_ONCE):
+            gate.release()
+        released = True
+        assert (await pending).status_code == 201
+    finally:
+        if not released:
+            for _ in range(service.VALIDATIONS_AT_ONCE):
+                gate.release()
 
 
 # -- query parameters (service) --------------------------------------------------------
