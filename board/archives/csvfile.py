@@ -248,8 +248,7 @@ class ArchiveReader:
 
 def _too_many_rows(limit: int) -> BadArchive:
     return BadArchive(
-        f"The archive has more than {limit} rows (lines), the limit "
-        "(GUA_BOARD_ARCHIVE_MAX_ROWS).",
+        f"The archive has more than {limit} rows, the limit (GUA_BOARD_ARCHIVE_MAX_ROWS).",
         too_large=True,
     )
 
