@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from board.db.engine import make_engine, make_sessionmaker
 from board.db.urls import libpq_url
+from board.ingest.access import REVOKE_CHANNEL, AgentAccess
 from board.ingest.writer import IngestWriter
 from board.settings import Settings
 from board.stream.hub import StreamHub
@@ -27,12 +28,30 @@ class Runtime:
     sessions: async_sessionmaker[AsyncSession]
     pool: AsyncConnectionPool[Any]
     writer: IngestWriter
-    # Agent token digest -> (workspace_id, host_id). Revocation is still checked in the
-    # ingest transaction, so a cached entry never lets a revoked host's push through.
-    agent_tokens: dict[bytes, tuple[int, int]] = field(default_factory=dict)
     # The live utilization stream and the archive back-fill worker, run by the app's lifespan.
     stream: StreamHub = field(default_factory=StreamHub)
     archives: Archives | None = None
+    # Agent token -> host, not revoked (board/ingest/access.py); its cache is cleared by
+    # revocation notices that arrive on the stream hub's listener connection.
+    access: AgentAccess = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.access = AgentAccess(self.pool, self.stream.listener_epoch)
+        self.stream.listen_also(REVOKE_CHANNEL, self.access.on_revocation_notice)
+        self.stream.on_listener_change(self.access.listener_changed)
+
+    @property
+    def agent_tokens(self) -> dict[bytes, object]:
+        """The cached agent tokens of this process (read-only use: tests)."""
+        return dict(self.access.cache)
+
+    def announce_revocation(self, workspace_id: int, host_id: int) -> None:
+        """A host's revocation committed: this process forgets it now.
+
+        The other processes hear it from the notification sent in the revoking
+        transaction (hosts.service.revoke_host); this one need not wait for its own.
+        """
+        self.access.forget_host(workspace_id, host_id)
 
     @classmethod
     def create(cls, settings: Settings, database_url: str) -> Runtime:

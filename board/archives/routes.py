@@ -7,16 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import select
 
 from board.archives import service
 from board.archives.worker import Archives
 from board.auth.deps import WorkspaceDep
-from board.errors import DomainError, ServiceUnavailable, Unauthorized, Unprocessable
-from board.hosts.models import Host
+from board.errors import DomainError, ServiceUnavailable
 from board.hosts.rejections import record_rejection
 from board.ingest.routes import read_body
-from board.ingest.service import authenticate_agent
 from board.runtime import Runtime, RuntimeDep, SessionDep
 
 agent_router = APIRouter(prefix="/agent/v1/archives", tags=["agent"])
@@ -35,26 +32,12 @@ ArchivesDep = Annotated[Archives, Depends(get_archives)]
 Authorization = Annotated[str | None, Header()]
 
 
-async def _agent(
-    runtime: Runtime, session: SessionDep, authorization: str | None
-) -> tuple[int, int]:
-    """The agent's host, checked against revocation on every call.
-
-    authenticate_agent answers from a per-process cache that only the process which
-    revoked a host clears; pushes re-check revocation in their transaction, archives here.
-    """
-    principal = await authenticate_agent(runtime, authorization)
-    revoked = await session.scalar(
-        select(Host.revoked_at.is_not(None)).where(
-            Host.workspace_id == principal[0], Host.id == principal[1]
-        )
-    )
-    if revoked is not False:
-        runtime.agent_tokens.clear()
-        raise Unauthorized(
-            "Invalid or missing agent token; enroll the host again if it was revoked."
-        )
-    return principal
+async def _agent(runtime: Runtime, authorization: str | None) -> tuple[int, int]:
+    """The agent's host, looked up in the database on every call (the one seam's
+    `fresh` lookup): archive calls are rare and act outside the ingest transaction's
+    own revocation re-check."""
+    host = await runtime.access.authenticate(authorization, fresh=True)
+    return host.key
 
 
 async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainError) -> None:
@@ -73,7 +56,7 @@ async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainErr
 async def list_archives(
     runtime: RuntimeDep, session: SessionDep, authorization: Authorization = None
 ) -> dict[str, Any]:
-    workspace_id, host_id = await _agent(runtime, session, authorization)
+    workspace_id, host_id = await _agent(runtime, authorization)
     objects = await service.list_archives(session, workspace_id, host_id)
     return {"archives": [service.object_view(o) for o in objects]}
 
@@ -88,7 +71,7 @@ async def upload_archive(
     table: Annotated[str | None, Query()] = None,
     authorization: Authorization = None,
 ) -> JSONResponse:
-    principal = await _agent(runtime, session, authorization)
+    principal = await _agent(runtime, authorization)
     try:
         target = service.parse_target(table, date, datetime.now(UTC), runtime.settings)
         body = await read_body(request, runtime.settings.archive_max_bytes)
@@ -111,10 +94,9 @@ async def prune_archives(
     olderThanDays: Annotated[str | None, Query()] = None,  # the agent's spelling
     authorization: Authorization = None,
 ) -> dict[str, Any]:
-    principal = await _agent(runtime, session, authorization)
-    if olderThanDays is None or not olderThanDays.isdigit():
-        raise Unprocessable("olderThanDays must be a whole number of days (0 or more).")
-    keys = await service.prune(session, principal, int(olderThanDays), datetime.now(UTC))
+    principal = await _agent(runtime, authorization)
+    days = service.parse_older_than_days(olderThanDays)
+    keys = await service.prune(session, principal, days, datetime.now(UTC))
     await session.commit()  # objects go only once nothing points at them
     for key in keys:
         await archives.store.delete(key)

@@ -12,15 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import tokens
 from board.enrollment.models import EnrollmentToken
-from board.errors import (
-    BadRequest,
-    NotFound,
-    Unauthorized,
-    Unprocessable,
-    describe_validation_errors,
-)
+from board.errors import NotFound, Unauthorized, Unprocessable
 from board.hosts.models import Host
 from board.ingest.schemas import ClaimRequest, ClaimResponse
+from board.ingest.service import invalid
 
 _REFUSED = "This enrollment token is not valid: it is unknown, expired, revoked or already used."
 
@@ -108,10 +103,7 @@ async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
     try:
         request = ClaimRequest.model_validate_json(body)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False, include_context=False)
-        if any(e["type"] == "json_invalid" for e in errors):
-            raise BadRequest("Request body is not valid JSON.") from None
-        raise Unprocessable(describe_validation_errors(list(errors))) from None
+        raise invalid(exc) from None
 
     # One UPDATE decides the winner: of many concurrent claims exactly one matches the row
     # while claimed_at is still null; the others re-check after its commit and match nothing.

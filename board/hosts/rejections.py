@@ -7,6 +7,23 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+# A detail is shown on the host page and in the API: a sentence, not the payload.
+MAX_DETAIL_CHARS = 500
+
+
+def safe_text(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """`text` as PostgreSQL and JSON can hold it, at most `limit` characters.
+
+    A detail may quote what an agent sent (an unknown key, say): NUL is written as the
+    six characters \\u0000 (PostgreSQL text cannot hold NUL) and a lone surrogate as
+    its escape (it cannot be encoded as UTF-8), then the text is cut to the limit.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\\u0000")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 async def record_rejection(
     pool: AsyncConnectionPool[Any],
@@ -26,5 +43,5 @@ async def record_rejection(
                 SET count = r.count + 1, last_at = EXCLUDED.last_at,
                     last_detail = EXCLUDED.last_detail
             """,
-            [workspace_id, host_id, reason, at, at, detail[:500]],
+            [workspace_id, host_id, safe_text(reason, 64), at, at, safe_text(detail)],
         )

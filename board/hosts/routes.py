@@ -28,9 +28,7 @@ async def revoke_host(
     host_id: str, ctx: WorkspaceDep, session: SessionDep, runtime: RuntimeDep
 ) -> dict[str, Any]:
     ctx.require("admin")
-    host = await service.revoke_host(session, ctx, host_id)
-    await session.commit()
-    runtime.agent_tokens.clear()
+    host = await service.revoke_host(session, runtime, ctx, host_id)
     return {
         "hostId": host_id,
         "revokedAt": host.revoked_at.isoformat() if host.revoked_at else None,

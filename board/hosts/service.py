@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,6 +15,10 @@ from board.errors import NotFound
 from board.hosts.freshness import freshness
 from board.hosts.latest import newest_gpus
 from board.hosts.models import Host, HostRejection
+from board.ingest.access import REVOKE_CHANNEL, revocation_payload
+
+if TYPE_CHECKING:
+    from board.runtime import Runtime
 
 REJECTIONS_WINDOW = timedelta(hours=24)
 
@@ -130,9 +134,23 @@ async def get_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -
     return host_view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []))
 
 
-async def revoke_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> Host:
-    """The agent token stops working once this commits; the history stays."""
+async def revoke_host(
+    session: AsyncSession, runtime: Runtime, ctx: WorkspaceContext, host_id: str
+) -> Host:
+    """Revoke a host everywhere: its agent token stops working once this returns.
+
+    The one way hosts are revoked (the API and the admin page both call it), and the
+    one service that commits itself: the revocation must reach every board process
+    the moment it is durable. The notification is sent inside the revoking
+    transaction, so PostgreSQL delivers it to every listening process when (and only
+    if) it commits; this process forgets the host right after the commit without
+    waiting for its own copy. The history stays.
+    """
     host = await get_host_row(session, ctx.workspace_id, host_id)
     if host.revoked_at is None:
         host.revoked_at = datetime.now(UTC)
+    key = (host.workspace_id, host.id)
+    await session.execute(select(func.pg_notify(REVOKE_CHANNEL, revocation_payload(*key))))
+    await session.commit()
+    runtime.announce_revocation(*key)
     return host

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from board.enrollment import service as enrollment
-from board.errors import PayloadTooLarge
+from board.errors import DomainError, PayloadTooLarge
 from board.ingest import service
 from board.ingest.schemas import ClaimResponse
 from board.ingest.store import Outcome
@@ -30,6 +30,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 @router.post("/enrollments/claim", status_code=201, response_model=ClaimResponse)
 async def claim(request: Request, runtime: RuntimeDep, session: SessionDep) -> ClaimResponse:
+    service.require_json(request.headers.get("content-type"))
     body = await read_body(request, 64 * 1024)
     return await enrollment.claim(session, body)
 
@@ -43,11 +44,14 @@ async def observations(request: Request) -> JSONResponse:
     handlers, so every 4xx carries a string `detail`.
     """
     runtime: Runtime = request.app.state.runtime
+    # The token first: a stranger learns nothing about what the endpoint accepts, and
+    # what a host's agent gets wrong is counted on that host.
     principal = await service.authenticate_agent(runtime, request.headers.get("authorization"))
     try:
+        service.require_json(request.headers.get("content-type"))
         body = await read_body(request, runtime.settings.max_body_bytes)
-    except PayloadTooLarge as exc:
-        await service.record_too_large(runtime, principal, exc)
+    except DomainError as exc:
+        await service.record_refused(runtime, principal, exc)
         raise
     outcome, observed_at = await service.accept_observation(runtime, principal, body)
     return JSONResponse(

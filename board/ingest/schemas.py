@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal, Self
 
 from pydantic import (
@@ -135,11 +135,18 @@ class SnapshotIn(_Strict):
 
 
 def parse_observed_at(value: str) -> datetime:
-    """ISO 8601 with an explicit UTC offset; a naive time is ambiguous and refused."""
+    """ISO 8601 with an explicit UTC offset; a naive time is ambiguous and refused.
+
+    Returned in UTC: Python accepts offsets up to a day, PostgreSQL only up to 15:59,
+    and a time near year 1 or 9999 may not exist in UTC at all (refused here).
+    """
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(f"observedAt {value!r} is not an ISO 8601 timestamp") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError("observedAt must carry a UTC offset, e.g. +00:00")
-    return parsed
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"observedAt {value!r} is out of range") from None

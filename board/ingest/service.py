@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from board.auth import tokens
 from board.errors import (
     BadRequest,
     DomainError,
@@ -17,37 +16,55 @@ from board.errors import (
     Unprocessable,
     describe_validation_errors,
 )
-from board.hosts.rejections import record_rejection
+from board.hosts.rejections import record_rejection, safe_text
+from board.ingest.access import BAD_TOKEN
 from board.ingest.normalize import Observation
 from board.ingest.schemas import SnapshotIn
-from board.ingest.store import Outcome
+from board.ingest.store import Outcome, TooManyGpus
 from board.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-_BAD_TOKEN = "Invalid or missing agent token; enroll the host again if it was revoked."
+# A validation failure lists at most this many problems (the detail counts them all):
+# a hostile body can hold thousands, each quoting an unknown key.
+MAX_LISTED_ERRORS = 20
+
+
+class UnsupportedMediaType(DomainError):
+    status_code = 415
+
+
+def require_json(content_type: str | None) -> None:
+    """The agent endpoints take JSON only (every released agent says so); 415 otherwise."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise UnsupportedMediaType(
+            "The request body must be JSON, sent with Content-Type: application/json."
+        )
+
+
+def invalid(exc: ValidationError) -> DomainError:
+    """A pydantic failure as the agent sees it: 400 for broken JSON, else one 422 sentence.
+
+    Details quote what was sent (a key, a location), so they are made safe for
+    PostgreSQL and JSON and bounded (board.hosts.rejections.safe_text).
+    """
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    if any(e["type"] == "json_invalid" for e in errors):
+        return BadRequest("Request body is not valid JSON.")
+    return Unprocessable(
+        safe_text(describe_validation_errors(list(errors))),
+        errors=[
+            {"loc": [safe_text(str(p), 100) for p in e["loc"]], "msg": safe_text(e["msg"], 200)}
+            for e in errors[:MAX_LISTED_ERRORS]
+        ],
+    )
 
 
 async def authenticate_agent(runtime: Runtime, authorization: str | None) -> tuple[int, int]:
     """The (workspace_id, host_id) an agent token belongs to; never from the payload."""
-    secret = tokens.bearer(authorization)
-    if secret is None or not secret.startswith(tokens.AGENT):
-        raise Unauthorized(_BAD_TOKEN)
-    digest = tokens.digest(secret)
-    cached = runtime.agent_tokens.get(digest)
-    if cached is not None:
-        return cached
-    async with runtime.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT workspace_id, id FROM hosts WHERE agent_token_hash = %s AND revoked_at IS NULL",
-            [digest],
-        )
-        row = await cur.fetchone()
-    if row is None:
-        raise Unauthorized(_BAD_TOKEN)
-    principal = (int(row[0]), int(row[1]))
-    runtime.agent_tokens[digest] = principal
-    return principal
+    host = await runtime.access.authenticate(authorization)
+    return host.key
 
 
 def check_body_size(content_length: str | None, limit: int) -> None:
@@ -59,13 +76,7 @@ def parse_snapshot(body: bytes) -> SnapshotIn:
     try:
         return SnapshotIn.model_validate_json(body)
     except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_context=False, include_input=False)
-        if any(e["type"] == "json_invalid" for e in errors):
-            raise BadRequest("Request body is not valid JSON.") from None
-        raise Unprocessable(
-            describe_validation_errors(list(errors)),
-            errors=[{"loc": [str(p) for p in e["loc"]], "msg": e["msg"]} for e in errors],
-        ) from None
+        raise invalid(exc) from None
 
 
 def check_observed_at(observed_at: datetime, now: datetime, runtime: Runtime) -> None:
@@ -83,7 +94,12 @@ def check_observed_at(observed_at: datetime, now: datetime, runtime: Runtime) ->
         )
 
 
-_REASONS = {400: "invalid_json", 413: "payload_too_large", 422: "invalid_payload"}
+_REASONS = {
+    400: "invalid_json",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_payload",
+}
 
 
 async def accept_observation(
@@ -107,19 +123,27 @@ async def accept_observation(
     observation = Observation(workspace_id, host_id, observed_at, now, snapshot)
     try:
         outcome = await runtime.writer.submit(observation)
+    except TooManyGpus as exc:
+        await record_rejection(
+            runtime.pool, workspace_id, host_id, "too_many_gpus", exc.detail, now
+        )
+        raise
     except Exception:
         log.exception("could not store observation for host %s", host_id)
         raise ServiceUnavailable(
             "The board could not store the observation; retry later."
         ) from None
     if outcome is Outcome.REVOKED:
-        runtime.agent_tokens.clear()
-        await record_rejection(runtime.pool, workspace_id, host_id, "revoked", _BAD_TOKEN, now)
-        raise Unauthorized(_BAD_TOKEN)
+        # Revoked without a notice reaching this process (e.g. by hand in the database).
+        runtime.access.forget_host(workspace_id, host_id)
+        await record_rejection(runtime.pool, workspace_id, host_id, "revoked", BAD_TOKEN, now)
+        raise Unauthorized(BAD_TOKEN)
     return outcome, observed_at
 
 
-async def record_too_large(runtime: Runtime, principal: tuple[int, int], exc: DomainError) -> None:
+async def record_refused(runtime: Runtime, principal: tuple[int, int], exc: DomainError) -> None:
+    """A push refused before its body was parsed (413, 415), counted on the host."""
+    reason = _REASONS.get(exc.status_code, "rejected")
     await record_rejection(
-        runtime.pool, principal[0], principal[1], "payload_too_large", exc.detail, datetime.now(UTC)
+        runtime.pool, principal[0], principal[1], reason, exc.detail, datetime.now(UTC)
     )

@@ -21,18 +21,32 @@ from typing import Any
 import psycopg
 
 from board.db.pgtext import int_array, text_array
+from board.errors import Unprocessable
 from board.ingest.normalize import Observation, decode_tick, encode_tick, tick_of
 from board.ingest.rawrows import GpuInfo, GpuKey, insert_raw
 from board.rollups.crediting import GpuTick, RollupDelta, Tick, compute_holders, to_us
 from board.rollups.store import upsert_rollup_delta
 
-__all__ = ["GpuInfo", "GpuKey", "Outcome", "load_ticks", "store_batch"]
+__all__ = ["GpuInfo", "GpuKey", "Outcome", "TooManyGpus", "load_ticks", "store_batch"]
 
 
 class Outcome(enum.Enum):
     STORED = "stored"
     DUPLICATE = "duplicate"
     REVOKED = "revoked"
+
+
+class TooManyGpus(Unprocessable):
+    """A push would give its host more distinct GPUs than the workspace allows."""
+
+    def __init__(self, limit: int, known: int, new: int) -> None:
+        super().__init__(
+            f"This push would add {new} new GPU(s) to the {known} this host already has, "
+            f"above the workspace's limit of {limit} GPUs per host (setting maxGpusPerHost); "
+            "nothing was stored.",
+            reason="too_many_gpus",
+        )
+        self.limit = limit
 
 
 @dataclass
@@ -45,6 +59,7 @@ class _HostRow:
     # no read of raw samples to credit the interval it closes.
     latest_tick: str | None
     max_gap_us: int
+    max_gpus: int  # the workspace's maxGpusPerHost
 
 
 async def _lock_hosts(
@@ -53,7 +68,7 @@ async def _lock_hosts(
     cur = await conn.execute(
         """
         SELECT h.workspace_id, h.id, h.revoked_at IS NOT NULL, h.latest_observed_at,
-               h.latest_tick, w.max_sample_gap_seconds
+               h.latest_tick, w.max_sample_gap_seconds, w.max_gpus_per_host
         FROM hosts h
         JOIN workspaces w ON w.id = h.workspace_id
         WHERE (h.workspace_id, h.id) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
@@ -63,26 +78,57 @@ async def _lock_hosts(
         [int_array(k[0] for k in keys), int_array(k[1] for k in keys)],
     )
     return {
-        row[1]: _HostRow(row[0], row[1], row[2], row[3], row[4], int(row[5]) * 1_000_000)
+        row[1]: _HostRow(
+            row[0], row[1], row[2], row[3], row[4], int(row[5]) * 1_000_000, int(row[6])
+        )
         for row in await cur.fetchall()
     }
 
 
 async def _resolve_gpu_ids(
     conn: psycopg.AsyncConnection[Any],
-    observations: Sequence[Observation],
+    candidates: Sequence[tuple[int, Observation]],
+    hosts: dict[int, _HostRow],
     cache: dict[GpuKey, GpuInfo],
-) -> None:
-    """Make sure every (host, uuid) has a GPU row; the cache spares the round trip."""
+    touched: list[GpuKey],
+) -> dict[int, TooManyGpus]:
+    """Make sure every (host, uuid) has a GPU row; the cache spares the round trips.
+
+    `candidates` are (index, observation), each host's in time order. A GPU the cache
+    does not know may be new, and a host may have at most its workspace's
+    maxGpusPerHost distinct GPUs: the host's GPUs are read (its row is locked, so no
+    other push of it can add one meanwhile) and an observation that would pass the
+    limit is refused whole. Returns the refused ones by index. The keys cached here
+    are listed in `touched`: if the transaction fails they must be forgotten, since
+    the rows they point to were rolled back.
+    """
+    unknown = {
+        (obs.host_id, g.uuid)
+        for _, obs in candidates
+        for g in obs.snapshot.gpus
+        if (obs.host_id, g.uuid) not in cache
+    }
+    refused: dict[int, TooManyGpus] = {}
+    if unknown:
+        have = await _host_gpus(conn, hosts, {host_id for host_id, _ in unknown})
+        for i, obs in candidates:
+            known = have[obs.host_id]
+            new = {g.uuid for g in obs.snapshot.gpus} - known
+            if new and len(known) + len(new) > hosts[obs.host_id].max_gpus:
+                refused[i] = TooManyGpus(hosts[obs.host_id].max_gpus, len(known), len(new))
+            else:
+                known |= new
     wanted: dict[GpuKey, tuple[int, int, str, int]] = {}
-    for obs in observations:
+    for i, obs in candidates:
+        if i in refused:
+            continue
         for g in obs.snapshot.gpus:
             key = (obs.host_id, g.uuid)
-            known = cache.get(key)
-            if known is None or known[1:] != (g.index, g.name, g.memoryTotalMb):
+            known_info = cache.get(key)
+            if known_info is None or known_info[1:] != (g.index, g.name, g.memoryTotalMb):
                 wanted[key] = (obs.workspace_id, g.index, g.name, g.memoryTotalMb)
     if not wanted:
-        return
+        return refused
     items = sorted(wanted.items())
     cur = await conn.execute(
         """
@@ -104,7 +150,28 @@ async def _resolve_gpu_ids(
         ],
     )
     for host_id, uuid, gpu_id, index, name, total in await cur.fetchall():
+        touched.append((host_id, uuid))
         cache[(host_id, uuid)] = (gpu_id, index, name, total)
+    return refused
+
+
+async def _host_gpus(
+    conn: psycopg.AsyncConnection[Any], hosts: dict[int, _HostRow], host_ids: set[int]
+) -> dict[int, set[str]]:
+    """The uuids of the GPUs these hosts have now."""
+    keys = sorted((hosts[h].workspace_id, h) for h in host_ids)
+    cur = await conn.execute(
+        """
+        SELECT g.host_id, g.uuid FROM gpus g
+        JOIN unnest(%s::bigint[], %s::bigint[]) AS k(ws, host_id)
+          ON g.workspace_id = k.ws AND g.host_id = k.host_id
+        """,
+        [int_array(k[0] for k in keys), int_array(k[1] for k in keys)],
+    )
+    found: dict[int, set[str]] = defaultdict(set)
+    for host_id, uuid in await cur.fetchall():
+        found[host_id].add(uuid)
+    return found
 
 
 async def _neighbours(
@@ -204,7 +271,7 @@ async def store_batch(
     observations: Sequence[Observation],
     gpu_cache: dict[GpuKey, GpuInfo],
     prepared: Callable[[], None] | None = None,
-) -> list[Outcome]:
+) -> list[Outcome | TooManyGpus]:
     """Store a batch in one transaction and commit it; one outcome per observation.
 
     `conn` must not be in autocommit mode or in a transaction; on any error the
@@ -212,11 +279,14 @@ async def store_batch(
     batch's writes are computed, just before they are sent with the COMMIT.
     """
     keys = sorted({(o.workspace_id, o.host_id) for o in observations})
+    touched: list[GpuKey] = []
     try:
         async with conn.pipeline():  # BEGIN travels with the lock
             hosts = await _lock_hosts(conn, keys)
-        return await _write_locked(conn, observations, hosts, gpu_cache, prepared)
+        return await _write_locked(conn, observations, hosts, gpu_cache, touched, prepared)
     except BaseException:
+        for key in touched:  # their rows were rolled back (or may have been)
+            gpu_cache.pop(key, None)
         await conn.rollback()
         raise
 
@@ -226,9 +296,10 @@ async def _write_locked(
     observations: Sequence[Observation],
     hosts: dict[int, _HostRow],
     gpu_cache: dict[GpuKey, GpuInfo],
+    touched: list[GpuKey],
     prepared: Callable[[], None] | None,
-) -> list[Outcome]:
-    outcomes: list[Outcome | None] = [None] * len(observations)
+) -> list[Outcome | TooManyGpus]:
+    outcomes: list[Outcome | TooManyGpus | None] = [None] * len(observations)
 
     per_host: dict[int, list[int]] = defaultdict(list)
     for i, o in enumerate(observations):
@@ -263,8 +334,16 @@ async def _write_locked(
                 outcomes[i] = Outcome.DUPLICATE
                 idxs.remove(i)
 
+    candidates = [
+        (i, observations[i])
+        for idxs in per_host.values()
+        for i in sorted(idxs, key=lambda i: observations[i].observed_at)
+    ]
+    refused = await _resolve_gpu_ids(conn, candidates, hosts, gpu_cache, touched)
+    for i, too_many in refused.items():
+        outcomes[i] = too_many
+        per_host[observations[i].host_id].remove(i)
     fresh = [observations[i] for idxs in per_host.values() for i in idxs]
-    await _resolve_gpu_ids(conn, fresh, gpu_cache)
 
     # Group each host's new points by the stored interval they fall into.
     delta = RollupDelta()

@@ -20,11 +20,12 @@ from contextlib import suppress
 from datetime import UTC, date, datetime
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from board.ingest.normalize import Observation
-from board.ingest.store import GpuInfo, GpuKey, Outcome, store_batch
-from board.partitions.maintenance import create_partitions, existing_partitions
+from board.ingest.store import GpuInfo, GpuKey, Outcome, TooManyGpus, store_batch
+from board.partitions.maintenance import create_days, existing_partitions
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +100,38 @@ class IngestWriter:
                 await self._write([item])
             return
         for (_, future), outcome in zip(batch, outcomes, strict=True):
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(outcome, TooManyGpus):
+                future.set_exception(outcome)
+            else:
                 future.set_result(outcome)
 
     async def _transaction(
         self, observations: list[Observation], prepared: Callable[[], None] | None
-    ) -> list[Outcome]:
-        await self._ensure_partitions({o.observed_at.astimezone(UTC).date() for o in observations})
+    ) -> list[Outcome | TooManyGpus]:
+        days = {o.observed_at.astimezone(UTC).date() for o in observations}
+        await self._ensure_partitions(days)
+        try:
+            async with self._pool.connection() as conn:
+                return await store_batch(conn, observations, self._gpu_cache, prepared)
+        except psycopg.Error as exc:
+            if not missing_partition(exc):
+                raise
+        # The remembered days were wrong: a partition was dropped since, or made by hand
+        # and lost. Make the batch's days and write once more. The turn to prepare was
+        # handed on before the failed write, so the other writer is not held up.
+        log.warning("ingest: a day's partition was missing; creating it and retrying")
+        self._partition_days = None
+        await self._ensure_partitions(days)
         async with self._pool.connection() as conn:
             return await store_batch(conn, observations, self._gpu_cache, prepared)
 
     async def _ensure_partitions(self, days: set[date]) -> None:
-        """Partitions normally exist already (maintenance); this covers a lagging schedule."""
+        """Partitions normally exist already (maintenance); this covers a lagging schedule.
+
+        The days known to exist are remembered, so the normal case asks nothing.
+        """
         if self._partition_days is not None and days <= self._partition_days:
             return
         async with self._partition_lock:
@@ -122,7 +143,7 @@ class IngestWriter:
                         known = set.intersection(*have.values())
                         missing = sorted(days - known)
                         if missing:
-                            await create_partitions(conn, missing)
+                            await create_days(conn, missing)
                         self._partition_days = known | set(missing)
                 finally:
                     await conn.set_autocommit(False)
@@ -130,6 +151,11 @@ class IngestWriter:
     def forget_partitions(self) -> None:
         """After maintenance dropped or created partitions elsewhere."""
         self._partition_days = None
+
+
+def missing_partition(exc: psycopg.Error) -> bool:
+    """PostgreSQL's "no partition of relation … found for row" (a check violation)."""
+    return exc.sqlstate == "23514" and "no partition of relation" in str(exc)
 
 
 def utcnow() -> datetime:

@@ -82,6 +82,23 @@ async def create_partitions(conn: psycopg.AsyncConnection[Any], days: list[date]
     return created
 
 
+async def create_days(conn: psycopg.AsyncConnection[Any], days: list[date]) -> list[str]:
+    """Create the given days' missing partitions now, waiting for any maintenance run.
+
+    For the ingest path, which found a day without its partition (dropped, or the
+    schedule lagged). The maintenance lock keeps board processes that heal the same
+    day at once from racing each other's CREATE. Autocommit mode, like maintenance.
+    """
+    await conn.execute("SELECT pg_advisory_lock(%s)", [MAINTENANCE_LOCK_KEY])
+    try:
+        created = await create_partitions(conn, days)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock(%s)", [MAINTENANCE_LOCK_KEY])
+    if created:
+        log.warning("partitions: ingest created missing %s", ", ".join(created))
+    return created
+
+
 async def run_maintenance(
     conn: psycopg.AsyncConnection[Any],
     *,

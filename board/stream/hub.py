@@ -6,6 +6,11 @@ it on one channel, and every process (itself included) LISTENs on one dedicated
 connection and fans what arrives out to its subscribers of that sample's workspace.
 Each process also keeps the last few minutes in memory, so a page that opens shows
 the recent curve at once. Nothing of the stream is stored: it is for live graphs.
+
+The same connection carries other channels a process must hear (the agent-access
+seam's revocations, board/ingest/access.py: `listen_also`), and it proves itself alive
+once a second, so whoever trusts it for invalidations can tell when not to
+(`listener_epoch`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ import logging
 import math
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,10 @@ CHANNEL = "gua_stream"
 MAX_PAYLOAD = 7900
 SUBSCRIBER_QUEUE = 1000
 PUBLISH_QUEUE = 10_000
+# A listener that hears nothing for this long asks its connection for a `SELECT 1`: a
+# connection that died without an error would otherwise look like a quiet one.
+PROBE_SECONDS = 1.0
+PROBE_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +131,44 @@ class StreamHub:
         self._listening = asyncio.Event()
         self._pool: AsyncConnectionPool[Any] | None = None
         self._conninfo = ""
+        self._handlers: dict[str, Callable[[str], None]] = {}
+        self._on_change: list[Callable[[], None]] = []
+        self._epoch = 0
+        self._live = False
+        self.listener_pid: int | None = None  # the listener's backend, for operators and tests
+
+    # -- other channels on the listener connection -------------------------------
+    def listen_also(self, channel: str, handler: Callable[[str], None]) -> None:
+        """LISTEN on `channel` too (call before start); `handler` gets each payload."""
+        self._handlers[channel] = handler
+
+    def on_listener_change(self, callback: Callable[[], None]) -> None:
+        """Called whenever the listener connects or is lost."""
+        self._on_change.append(callback)
+
+    def listener_epoch(self) -> int | None:
+        """None while not listening, else a number that changes with every (re)connect.
+
+        Whatever was cached under one epoch may have missed notifications sent while
+        the listener was away, so it is only good while the epoch stays the same.
+        """
+        return self._epoch if self._live else None
+
+    def _set_live(self, live: bool) -> None:
+        if live == self._live:
+            return
+        if live:
+            self._epoch += 1
+        self._live = live
+        if live:
+            self._listening.set()
+        else:
+            self._listening.clear()
+        for callback in self._on_change:
+            try:
+                callback()
+            except Exception:
+                log.exception("stream: listener change callback failed")
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self, conninfo: str, pool: AsyncConnectionPool[Any]) -> None:
@@ -140,7 +188,7 @@ class StreamHub:
             with suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        self._listening.clear()
+        self._set_live(False)
 
     async def wait_listening(self, timeout: float) -> bool:
         with suppress(TimeoutError):
@@ -189,22 +237,38 @@ class StreamHub:
                 async with await psycopg.AsyncConnection.connect(
                     self._conninfo, autocommit=True
                 ) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self._listening.set()
+                    for channel in (CHANNEL, *self._handlers):
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self.listener_pid = conn.info.backend_pid
+                    self._set_live(True)
                     backoff = 1.0
-                    async for notify in conn.notifies():
-                        sample = Sample.from_payload(notify.payload)
-                        if sample is None:
-                            self.stats["bad_notifications"] += 1
-                            continue
-                        self.deliver(sample)
+                    while True:
+                        async for notify in conn.notifies(timeout=PROBE_SECONDS):
+                            self._dispatch(notify.channel, notify.payload)
+                        await asyncio.wait_for(conn.execute("SELECT 1"), PROBE_TIMEOUT_SECONDS)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("stream: listener lost (%s); reconnecting in %.0fs", exc, backoff)
-            self._listening.clear()
+            finally:
+                self._set_live(False)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30.0)
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        if channel != CHANNEL:
+            handler = self._handlers.get(channel)
+            if handler is not None:
+                try:
+                    handler(payload)
+                except Exception:
+                    log.exception("stream: handler of channel %s failed", channel)
+            return
+        sample = Sample.from_payload(payload)
+        if sample is None:
+            self.stats["bad_notifications"] += 1
+            return
+        self.deliver(sample)
 
     # -- out ---------------------------------------------------------------------
     def deliver(self, sample: Sample) -> None:

@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
@@ -14,7 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from board.auth.deps import WorkspaceDep
 from board.errors import Unauthorized
-from board.ingest.service import authenticate_agent
+from board.ingest.access import AgentAccess, AgentHost, HostWatch
 from board.runtime import Runtime, RuntimeDep, SessionDep
 from board.stream.hub import Sample, StreamHub
 from board.stream.messages import parse_util
@@ -26,20 +27,12 @@ api_router = APIRouter(prefix="/api/v1/workspaces/{slug}/stream", tags=["stream"
 
 # The agent sends one message a second; more than this is dropped, not fanned out.
 MIN_SPACING_SECONDS = 0.2
-# A revoked host's open socket is closed within this long.
+# An open socket whose host was revoked is closed as soon as the revocation notice
+# arrives (board/ingest/access.py). Without notices (listener down or just back) the
+# socket looks its host up itself this often; with them, still this often as a backstop.
+FALLBACK_RECHECK_SECONDS = 5.0
 RECHECK_SECONDS = 60.0
 KEEPALIVE_SECONDS = 15.0
-
-
-async def _host_public_id(runtime: Runtime, workspace_id: int, host_id: int) -> str | None:
-    async with runtime.pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT public_id FROM hosts WHERE workspace_id = %s AND id = %s "
-            "AND revoked_at IS NULL",
-            [workspace_id, host_id],
-        )
-        row = await cur.fetchone()
-    return str(row[0]) if row else None
 
 
 async def _deny(websocket: WebSocket, detail: str) -> None:
@@ -54,17 +47,38 @@ async def _deny(websocket: WebSocket, detail: str) -> None:
         await websocket.close(code=1008)  # answered 403 before the upgrade
 
 
+async def _until_revoked(access: AgentAccess, host: AgentHost, watch: HostWatch) -> None:
+    """Returns once the host is revoked: told by a notice, or found when looking."""
+    while not watch.revoked:
+        timeout = RECHECK_SECONDS if access.listening() else FALLBACK_RECHECK_SECONDS
+        with suppress(TimeoutError):
+            await asyncio.wait_for(watch.event.wait(), timeout)
+        if watch.revoked:
+            return
+        # A timeout, or the listener went down or came back: notices may be missed.
+        watch.event.clear()
+        try:
+            if not await access.still_allowed(host):
+                return
+        except Exception as exc:  # no database: keep the socket, look again later
+            log.warning("stream: could not re-check host %s (%s)", host.public_id, exc)
+
+
+async def _close_when_revoked(
+    websocket: WebSocket, access: AgentAccess, host: AgentHost, watch: HostWatch
+) -> None:
+    await _until_revoked(access, host, watch)
+    watch.revoked = True
+    with suppress(Exception):  # already closing or gone
+        await websocket.close(code=1008, reason="host revoked")
+
+
 @agent_router.websocket("/stream")
 async def agent_stream(websocket: WebSocket) -> None:
     """Agent → board. The agent never reads, so the board never sends a data frame."""
     runtime: Runtime = websocket.app.state.runtime
     try:
-        workspace_id, host_id = await authenticate_agent(
-            runtime, websocket.headers.get("authorization")
-        )
-        public_id = await _host_public_id(runtime, workspace_id, host_id)
-        if public_id is None:
-            raise Unauthorized("This agent token's host was revoked.")
+        host = await runtime.access.authenticate(websocket.headers.get("authorization"))
     except Unauthorized as exc:
         await _deny(websocket, exc.detail)
         return
@@ -73,43 +87,46 @@ async def agent_stream(websocket: WebSocket) -> None:
     hub.stats["connections"] += 1
     bad = 0
     last_sent = 0.0
-    checked = time.monotonic()
-    try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            now = time.monotonic()
-            if now - checked > RECHECK_SECONDS:
-                checked = now
-                if await _host_public_id(runtime, workspace_id, host_id) is None:
-                    await websocket.close(code=1008, reason="host revoked")
+    with runtime.access.watch(host) as watch:
+        guard = asyncio.create_task(_close_when_revoked(websocket, runtime.access, host, watch))
+        try:
+            while not watch.revoked:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect" or watch.revoked:
                     break
-            text = message.get("text")
-            util = parse_util(text) if isinstance(text, str) else None
-            if util is None:
-                bad += 1
-                hub.stats["bad_messages"] += 1
-                continue
-            if now - last_sent < MIN_SPACING_SECONDS:
-                hub.stats["throttled"] += 1
-                continue
-            last_sent = now
-            hub.publish(
-                Sample(
-                    workspace_id,
-                    public_id,
-                    util.ts,
-                    tuple((g.deviceUuid, g.utilPct, g.memUsedMb) for g in util.gpus),
+                now = time.monotonic()
+                text = message.get("text")
+                util = parse_util(text) if isinstance(text, str) else None
+                if util is None:
+                    bad += 1
+                    hub.stats["bad_messages"] += 1
+                    continue
+                if now - last_sent < MIN_SPACING_SECONDS:
+                    hub.stats["throttled"] += 1
+                    continue
+                last_sent = now
+                hub.publish(
+                    Sample(
+                        host.workspace_id,
+                        host.public_id,
+                        util.ts,
+                        tuple((g.deviceUuid, g.utilPct, g.memUsedMb) for g in util.gpus),
+                        bad,
+                    )
+                )
+        except (WebSocketDisconnect, RuntimeError):
+            pass  # RuntimeError: a receive after the guard closed the socket
+        finally:
+            guard.cancel()
+            with suppress(asyncio.CancelledError):
+                await guard
+            hub.stats["connections"] -= 1
+            if bad:
+                log.info(
+                    "stream: host %s dropped %d bad message(s) on one connection",
+                    host.public_id,
                     bad,
                 )
-            )
-    except WebSocketDisconnect:
-        pass
-    finally:
-        hub.stats["connections"] -= 1
-        if bad:
-            log.info("stream: host %s dropped %d bad message(s) on one connection", public_id, bad)
 
 
 def _sse(event: str, data: dict[str, Any]) -> str:

@@ -143,10 +143,8 @@ async def revoke_host(
     runtime: RuntimeDep,
 ) -> Response:
     page.ctx.require("admin")
-    await hosts.revoke_host(db, page.ctx, host_id)
-    await db.commit()
-    # The ingest path caches token -> host; a revoked host must not push from the cache.
-    runtime.agent_tokens.clear()
+    # Commits, and reaches every board process's token cache and open agent sockets.
+    await hosts.revoke_host(db, runtime, page.ctx, host_id)
     return redirect(request, f"/w/{page.slug}/admin?notice=host-revoked#hosts")
 
 

@@ -69,7 +69,11 @@ async def test_unknown_and_blank_tokens(app, client) -> None:
     assert isinstance(blank.json()["detail"], str)
     extra = await client.post("/agent/v1/enrollments/claim", json={"enrollmentToken": "x", "a": 1})
     assert extra.status_code == 422
-    bad_json = await client.post("/agent/v1/enrollments/claim", content=b"{")
+    bad_json = await client.post(
+        "/agent/v1/enrollments/claim",
+        content=b"{",
+        headers={"Content-Type": "application/json"},
+    )
     assert bad_json.status_code == 400
     assert await scalar(app, "SELECT count(*) FROM hosts") == 0
 
