@@ -37,6 +37,13 @@ log = logging.getLogger(__name__)
 
 # uvicorn's own default, kept: an idle connection after a response is closed after this.
 KEEP_ALIVE_SECONDS = 5
+# httptools, unlike h11, keeps any amount of header bytes: 2 GB took 5 s and 2 GB of
+# memory on loopback. Past this (plus at most one read), 431 and the connection closes.
+MAX_HEADER_BYTES = 64 * 1024
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} second" + ("" if value == 1 else "s")
 
 
 class HeaderDeadlineProtocol(HttpToolsProtocol):
@@ -70,6 +77,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self.header_timer: asyncio.TimerHandle | None = None
         # A request's first byte has arrived and its headers are not complete yet.
         self.request_begun = False
+        self.header_bytes = 0  # of the begun request, not counting the read it began in
 
     def connection_made(  # type: ignore[override]  # uvicorn narrows it the same way
         self, transport: asyncio.Transport
@@ -84,8 +92,18 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self.header_timer = None
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        begun = self.request_begun
+        super().data_received(data)
+        if begun and self.request_begun:  # still inside one request's headers
+            self.header_bytes += len(data)
+            if self.header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                detail = f"The request line and headers are larger than {MAX_HEADER_BYTES} bytes."
+                self._refuse(431, detail)
+
     def on_message_begin(self) -> None:
         self.request_begun = True
+        self.header_bytes = 0
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
@@ -118,15 +136,17 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         responding = self.cycle is not None and not self.cycle.response_complete
         if self.request_begun and not responding:
             log.debug("request headers from %s too slow: 408, closing", self.client)
-            self.transport.write(self._timeout_response())
-        self.transport.close()
+            seconds = _seconds(self.header_seconds)
+            self._refuse(408, f"The request line and headers did not arrive within {seconds}.")
+        else:
+            self.transport.close()
 
-    def _timeout_response(self) -> bytes:
-        detail = (
-            f"The request line and headers did not arrive within {self.header_seconds:g} seconds."
-        )
+    def _refuse(self, status: int, detail: str) -> None:
+        """Answer `status` with a JSON detail, then close: the request is never read on."""
+        self.request_begun = False
+        self.header_deadline = None
         body = json.dumps({"detail": detail}).encode()
-        head = [STATUS_LINE[408]]
+        head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
         head += [
@@ -134,7 +154,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             b"content-length: %d\r\n" % len(body),
             b"connection: close\r\n\r\n",
         ]
-        return b"".join(head) + body
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
 
 
 class RequestTimeout(HTTPException):
@@ -217,10 +238,10 @@ class BodyDeadline:
                 self._done = True
                 if idle_until < self._deadline:
                     raise RequestTimeout(
-                        f"The request body stalled: nothing arrived for {self._idle:g} seconds."
+                        f"The request body stalled: nothing arrived for {_seconds(self._idle)}."
                     ) from None
                 raise RequestTimeout(
-                    f"The request body did not arrive within {self._total:g} seconds."
+                    f"The request body did not arrive within {_seconds(self._total)}."
                 ) from None
         if message["type"] != "http.request" or not message.get("more_body", False):
             self._done = True

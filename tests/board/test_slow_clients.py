@@ -232,7 +232,32 @@ def test_trickled_headers_are_cut_off(board: Board) -> None:
 def test_partial_headers_then_silence_get_408(board: Board) -> None:
     with board.connect() as sock:
         sock.sendall(b"POST /agent/v1/observations HTTP/1.1\r\nHost: board\r\nContent-")
-        assert_408(wait_closed(sock), "did not arrive within 1 seconds")
+        assert_408(wait_closed(sock), "did not arrive within 1 second.")
+
+
+def test_endless_headers_are_cut_off_by_size(board: Board) -> None:
+    """Not slow but huge: httptools alone would keep every header byte in memory."""
+    line = b"X-Big: " + b"a" * 8000 + b"\r\n"
+    with board.connect() as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: board\r\n")
+        deadline = time.monotonic() + CUT_OFF_WITHIN
+        sent, received = 0, b""
+        while sent < 64 * 1024 * 1024:
+            assert time.monotonic() < deadline, f"not cut off after {sent} bytes"
+            try:
+                sock.sendall(line * 8)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += len(line) * 8
+            if select.select([sock], [], [], 0)[0]:
+                received = _read_to_close(sock, b"", deadline)
+                break
+        assert sent < 64 * 1024 * 1024
+    if received:
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 431 "), head
+        assert isinstance(json.loads(body)["detail"], str)
+    assert board.healthy()
 
 
 def test_a_connection_that_sends_nothing_is_closed_silently(board: Board) -> None:
