@@ -205,3 +205,19 @@ def test_notify_payloads_fit() -> None:
     assert all(len(p.encode()) <= MAX_PAYLOAD for p in payloads)
     back = [Sample.from_payload(p) for p in payloads]
     assert sum(len(s.gpus) for s in back if s) == 64
+
+
+async def test_revoking_the_host_closes_its_socket_at_once(
+    app: Any, client: httpx.AsyncClient, served: str
+) -> None:
+    """Not at the next minute's re-check: the revocation itself closes it (code 1008)."""
+    acme = await make_tenant(app, "acme")
+    host = await enroll(client, acme)
+    async with agent_socket(served, host["agentToken"]) as ws:
+        await ws.send(util_message())
+        r = await client.post(
+            f"/api/v1/workspaces/acme/hosts/{host['hostId']}/revoke", headers=acme.auth()
+        )
+        assert r.status_code == 200
+        await asyncio.wait_for(ws.wait_closed(), 10)
+        assert (ws.close_code, ws.close_reason) == (1008, "host revoked")
