@@ -280,13 +280,15 @@ class Board:
         email: str,
         password: str,
         next: str = "/",
+        headers: dict[str, str] | None = None,
     ) -> Reply:
-        form = self.call(client, "GET", "/signin")
+        form = self.call(client, "GET", "/signin", headers=headers)
         assert form.status_code == 200, form
         return self.call(
             client,
             "POST",
             "/signin",
+            headers=headers,
             data={
                 "csrf_token": csrf_of(form.text),
                 "email": email,
