@@ -7,7 +7,8 @@ trickles a body holds a request handler too. So:
 
 - `HeaderDeadlineProtocol` (the connection layer): the request line and all headers must
   arrive within `http_header_seconds` of the connection opening or of the previous
-  response, else 408 and the connection is closed.
+  response, else 408 and the connection is closed; and be at most MAX_HEADER_BYTES, else
+  431 and closed.
 - `BodyDeadlineMiddleware` (the ASGI layer): each body chunk must arrive within
   `http_body_idle_seconds`, the whole body within `http_body_seconds`, else the handler's
   read fails with 408 and the handler stops.
@@ -209,7 +210,7 @@ class BodyDeadline:
     must wait for the client is run under `asyncio.timeout_at` (~10 us a timer here).
     """
 
-    __slots__ = ("_receive", "_idle", "_total", "_deadline", "_done")
+    __slots__ = ("_receive", "_idle", "_total", "_deadline", "_done", "_failed")
 
     def __init__(self, receive: Receive, idle_seconds: float, total_seconds: float) -> None:
         self._receive = receive
@@ -217,6 +218,8 @@ class BodyDeadline:
         self._total = total_seconds
         self._deadline: float | None = None
         self._done = False
+        # Raised again if the app reads on after the 408: it must not wait unbounded.
+        self._failed: RequestTimeout | None = None
 
     async def receive(self) -> Message:
         if self._done:
@@ -230,19 +233,22 @@ class BodyDeadline:
         except StopIteration as done:
             message = cast(Message, done.value)
         else:
+            if self._failed is not None:
+                steps.close()
+                raise self._failed
             idle_until = now + self._idle
             try:
                 async with asyncio.timeout_at(min(idle_until, self._deadline)):
                     message = await _Resumed(steps, pending)
             except TimeoutError:
-                self._done = True
                 if idle_until < self._deadline:
-                    raise RequestTimeout(
+                    detail = (
                         f"The request body stalled: nothing arrived for {_seconds(self._idle)}."
-                    ) from None
-                raise RequestTimeout(
-                    f"The request body did not arrive within {_seconds(self._total)}."
-                ) from None
+                    )
+                else:
+                    detail = f"The request body did not arrive within {_seconds(self._total)}."
+                self._failed = RequestTimeout(detail)
+                raise self._failed from None
         if message["type"] != "http.request" or not message.get("more_body", False):
             self._done = True
         return message
