@@ -26,6 +26,7 @@ from board.settings import Settings, get_settings
 from board.stream.routes import agent_router as stream_agent_router
 from board.stream.routes import api_router as stream_api_router
 from board.web import install_web
+from board.workspaces.routes import me_router
 from board.workspaces.routes import router as workspaces_router
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ def create_app(
     app.include_router(hosts_router)
     app.include_router(enrollment_router)
     app.include_router(workspaces_router)
+    app.include_router(me_router)
     app.include_router(reports_router)
 
     install_web(app)
