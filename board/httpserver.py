@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import logging
 import resource
@@ -270,9 +271,17 @@ class BodyDeadlineMiddleware:
         await self.app(scope, bounded.receive, send)
 
 
-class UvicornOptions(TypedDict):
+class UvicornOptions(TypedDict, total=False):
     http: type[asyncio.Protocol]
     timeout_keep_alive: int
+    timeout_worker_healthcheck: int
+
+
+# A spawned worker imports the whole board before it answers the supervisor's health
+# check; on a loaded 2-core machine that took longer than uvicorn's 5 s default, and
+# workers were killed and restarted in a loop. Only uvicorn >= 0.36 has the setting.
+WORKER_HEALTHCHECK_SECONDS = 30
+_HAS_WORKER_HEALTHCHECK = "timeout_worker_healthcheck" in inspect.signature(Config).parameters
 
 
 def uvicorn_options(settings: Settings) -> UvicornOptions:
@@ -289,11 +298,14 @@ def uvicorn_options(settings: Settings) -> UvicornOptions:
     protocol = functools.partial(
         HeaderDeadlineProtocol, header_seconds=settings.http_header_seconds
     )
-    return {
+    options: UvicornOptions = {
         # uvicorn calls it with the protocol's keyword arguments; it is not a class.
         "http": cast("type[asyncio.Protocol]", protocol),
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
     }
+    if _HAS_WORKER_HEALTHCHECK:
+        options["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_SECONDS
+    return options
 
 
 def raise_open_files_limit() -> None:
