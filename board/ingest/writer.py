@@ -83,6 +83,8 @@ class IngestWriter:
                 while len(batch) < self._max_batch and not self._queue.empty():
                     batch.append(self._queue.get_nowait())
                 await self._write(batch, turn.hand_on)
+                # Not kept alive (snapshots and all) while waiting for the next batch.
+                del batch
             finally:
                 turn.hand_on()
 
