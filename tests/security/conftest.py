@@ -82,7 +82,7 @@ def _log_never_holds_a_secret(board: Board) -> Iterator[None]:
 def db(url: str, sql: str, *args: object) -> object:
     """One value from the board's database (to prove that nothing was stored)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(sql, args).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(sql.encode(), args).fetchone()
     return None if row is None else row[0]
 
 
@@ -96,6 +96,8 @@ class World:
     b_names: list[str] = field(default_factory=list)
     b_enrollment_prefix: str = ""
     b_pat_prefix: str = ""
+    # A Linux user on A's host (finance must never see it).
+    a_linux_user: str = ""
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +106,8 @@ def world(board: Board) -> World:
     b = make_tenant(board, "bravo")
     marker = secrets.token_hex(3)
     enroll(board, a, f"alpha-host-{marker}", via_cli=True)
-    push_history(board, a.hosts[0], users=(f"alphauser{marker}",))
+    a_user = f"alphauser{marker}"
+    push_history(board, a.hosts[0], users=(a_user,))
     names = {
         "hostname": f"bravo-secret-host-{marker}",
         "user": f"bravosecretuser{marker}",
@@ -150,6 +153,7 @@ def world(board: Board) -> World:
         b_names=[*names.values(), *(p.email for p in b.people)],
         b_enrollment_prefix=pending[0] if pending else "",
         b_pat_prefix=pat_prefix,
+        a_linux_user=a_user,
     )
 
 

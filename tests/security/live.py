@@ -252,7 +252,26 @@ class Board:
         check_leaks: bool = True,
         **kw: Any,
     ) -> Reply:
-        """One request; the body read up to max_bytes (an event stream: its first chunk)."""
+        """One request; the body read up to max_bytes (an event stream: its first chunk).
+
+        A pooled connection the board closed as idle (its keep-alive and header deadlines)
+        at the moment it was reused fails before any answer: sent again once, on a new one.
+        """
+        try:
+            return self._call(client, method, path, max_bytes, allowed, check_leaks, **kw)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            return self._call(client, method, path, max_bytes, allowed, check_leaks, **kw)
+
+    def _call(
+        self,
+        client: httpx.Client,
+        method: str,
+        path: str,
+        max_bytes: int,
+        allowed: Iterable[str],
+        check_leaks: bool,
+        **kw: Any,
+    ) -> Reply:
         with client.stream(method, path, **kw) as r:
             worker = None
             stream = r.extensions.get("network_stream")

@@ -75,10 +75,7 @@ def _from_app(data_dir: Path, database_url: str) -> list[Endpoint]:
         path = getattr(route, "path", None)
         if not isinstance(path, str) or path in _SKIP or path.startswith("/static"):
             continue
-        try:
-            dependant = route.dependant
-        except AttributeError:
-            dependant = None
+        dependant = getattr(route, "dependant", None)
         methods = getattr(route, "methods", None)
         if not methods:  # a WebSocket route
             endpoints.append(Endpoint("WS", path))
@@ -87,7 +84,9 @@ def _from_app(data_dir: Path, database_url: str) -> list[Endpoint]:
         if dependant is not None:
             _walk(dependant, found)
         query = tuple(p.alias for p in found.get("query_params", []))
-        form, json_fields, has_json = [], [], False
+        form: list[str] = []
+        json_fields: list[str] = []
+        has_json = False
         for param in found.get("body_params", []):
             info = param.field_info
             if type(info).__name__ == "Form":

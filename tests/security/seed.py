@@ -165,7 +165,7 @@ def make_tenant(board: Board, base: str) -> Tenant:
     """A workspace with an admin (from the CLI), a member and a finance user (REST)."""
     slug = unique(base)
     board.cli("create-workspace", slug, "--name", slug.title())
-    people = {}
+    people: dict[str, Person] = {}
     for role in ("admin", "member", "finance"):
         email = f"{role}@{slug}.example"
         password = new_password(board)
