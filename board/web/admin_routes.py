@@ -7,8 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 
+from board.auth import web_sessions
+from board.auth.deps import PasswordGateDep
+from board.auth.passwords import PasswordsBusy
 from board.enrollment import service as enrollment
-from board.errors import DomainError
+from board.errors import DomainError, TooManyRequests
 from board.hosts import service as hosts
 from board.runtime import RuntimeDep, SessionDep
 from board.web.deps import CsrfDep, Page, PageDep
@@ -22,6 +25,8 @@ NOTICES = {
     "token-revoked": "The enrollment token was revoked; it can no longer be claimed.",
     "host-revoked": "The host was revoked: its agent's pushes are refused from now on.",
     "settings-saved": "Workspace settings saved.",
+    "member-removed": "The member was removed: their API tokens and sessions have ended.",
+    "member-signed-out": "The member was signed out of every browser.",
 }
 SETTING_FIELDS = ("maxSampleGapSeconds", "staleAfterSeconds", "timezone", "retentionDays")
 
@@ -155,6 +160,7 @@ async def add_member(
     page: PageDep,
     db: SessionDep,
     runtime: RuntimeDep,
+    gate: PasswordGateDep,
     email: Annotated[str, Form(max_length=320)] = "",
     role: Annotated[str, Form(max_length=20)] = "member",
     password: Annotated[str, Form(max_length=1024)] = "",
@@ -162,12 +168,42 @@ async def add_member(
     page.ctx.require("admin")
     try:
         workspace = await db.merge(page.ctx.workspace)
-        member = await workspaces.add_member(db, workspace, email, role, password or None)
+        member = await workspaces.add_member(
+            db, workspace, email, role, password or None, gate.hash
+        )
         await db.commit()
+    except PasswordsBusy:
+        exc = TooManyRequests("The board is busy hashing passwords. Try again in a few seconds.")
+        return await _failed(request, page, db, runtime, exc, form={"email": email, "role": role})
     except DomainError as exc:
         form = {"email": email, "role": role}
         return await _failed(request, page, db, runtime, exc, form=form)
     return await _admin_page(request, page, db, runtime, status_code=201, new_member=member)
+
+
+@router.post("/members/{email}/remove")
+async def remove_member(
+    request: Request, email: str, _csrf: CsrfDep, page: PageDep, db: SessionDep, runtime: RuntimeDep
+) -> Response:
+    page.ctx.require("admin")
+    try:
+        user_id = await workspaces.remove_member(db, page.ctx.workspace_id, email)
+        await web_sessions.end_all(db, user_id)
+        await db.commit()
+    except DomainError as exc:
+        return await _failed(request, page, db, runtime, exc)
+    return redirect(request, f"/w/{page.slug}/admin?notice=member-removed#members")
+
+
+@router.post("/members/{email}/sign-out")
+async def sign_out_member(
+    request: Request, email: str, _csrf: CsrfDep, page: PageDep, db: SessionDep
+) -> Response:
+    page.ctx.require("admin")
+    membership = await workspaces.find_member(db, page.ctx.workspace_id, email)
+    await web_sessions.end_all(db, membership.user_id)
+    await db.commit()
+    return redirect(request, f"/w/{page.slug}/admin?notice=member-signed-out#members")
 
 
 def _setting_value(key: str, raw: str) -> object:
