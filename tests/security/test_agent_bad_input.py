@@ -296,3 +296,54 @@ def test_gpu_identities_per_host_are_capped(board: Board, scratch: Tenant, host:
     assert stored(board, fresh)[1] == 0
     # The cards already known keep reporting.
     assert push(board, host, observation(gpu_uuids=first)).status_code == 202
+
+
+def test_one_enrollment_token_one_host_across_workers(board: Board, scratch: Tenant) -> None:
+    """Many claims of one token at once, spread over both workers: exactly one wins."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.security.seed import issue_enrollment
+
+    token = issue_enrollment(board, scratch)
+
+    def claim_once(i: int) -> Reply:
+        with board.client() as c:
+            return board.call(
+                c,
+                "POST",
+                "/agent/v1/enrollments/claim",
+                json={"enrollmentToken": token, "hostname": f"race-{i}"},
+            )
+
+    with ThreadPoolExecutor(16) as pool:
+        replies = list(pool.map(claim_once, range(32)))
+    winners = [r for r in replies if r.status_code == 201]
+    for r in winners:
+        board.remember(r.json()["agentToken"])
+    assert len(winners) == 1, [r.status_code for r in replies]
+    assert {r.status_code for r in replies} <= {201, 401}, [r.status_code for r in replies]
+
+
+def test_oversized_stream_frames_close_the_socket(board: Board, host: Host) -> None:
+    """A frame far beyond any util message: the socket is closed, the worker stays small."""
+    import asyncio
+
+    import websockets
+
+    async def send_big() -> str:
+        url = board.url.replace("http", "ws", 1) + "/agent/v1/stream"
+        async with websockets.connect(
+            url, additional_headers=host.auth, open_timeout=30, max_size=None
+        ) as ws:
+            try:
+                for _ in range(5):
+                    await ws.send("x" * (32 * 1024 * 1024))
+                await asyncio.wait_for(ws.wait_closed(), 30)
+            except (websockets.ConnectionClosed, TimeoutError):
+                pass
+            return f"{ws.close_code}"
+
+    with measure_peaks(board) as peaks:
+        closed = asyncio.run(send_big())
+    assert closed != "None", "a 32 MiB frame was taken in"
+    assert peaks.worst_mib < BOMB_PEAK_MIB, f"a worker grew by {peaks.worst_mib:.0f} MiB"

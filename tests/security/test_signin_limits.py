@@ -8,6 +8,8 @@ whichever worker answers.
 
 from __future__ import annotations
 
+import itertools
+import re
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,7 +20,7 @@ from tests.security.conftest import MAX_FAILURES, World
 from tests.security.live import Board, Reply, measure_peaks
 from tests.security.seed import Person, add_member, new_password, unique
 
-FLOOD = 128
+FLOOD = 200
 CONCURRENT = 32
 BOUND_MIB = 300
 
@@ -33,9 +35,13 @@ def person(board: Board, world: World) -> Person:
     return Person(email, password, reply.json()["apiToken"], "member")
 
 
+_addresses = itertools.count(1)
+
+
 def address() -> str:
-    """A client address behind the trusted proxy (documentation range, never routed)."""
-    return f"198.51.100.{secrets.randbelow(254) + 1}"
+    """A new client address behind the trusted proxy (benchmarking range, never routed)."""
+    n = next(_addresses)
+    return f"198.18.{n // 250}.{n % 250 + 1}"
 
 
 def attempt(board: Board, email: str, password: str, forwarded_for: str | None) -> Reply:
@@ -115,3 +121,14 @@ def test_429_says_when_to_retry(board: Board, person: Person) -> None:
     reply = attempt(board, person.email, person.password, where)
     assert reply.status_code == 429, reply
     assert reply.headers.get("retry-after", "").isdigit(), reply.headers
+
+
+def test_unknown_email_and_wrong_password_look_the_same(board: Board, person: Person) -> None:
+    """No account enumeration through sign-in: same status, same sentence."""
+    known = attempt(board, person.email, "wrong-password", address())
+    unknown = attempt(board, f"{unique('ghost')}@alpha.example", "wrong-password", address())
+    assert known.status_code == unknown.status_code == 401, (known, unknown)
+    sentence = re.compile(r'role="alert"[^>]*>([^<]+)<')
+    said = sentence.findall(known.text)
+    assert said, known
+    assert said == sentence.findall(unknown.text), (known, unknown)
