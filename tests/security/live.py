@@ -85,7 +85,8 @@ class Reply:
         return str(body["detail"])
 
     def __repr__(self) -> str:
-        return f"<Reply {self.status_code} {self.url} {self.text[:400]!r}>"
+        shown = SECRET.sub(lambda m: m.group(0)[:18] + "…", self.text[:400])
+        return f"<Reply {self.status_code} {self.url} {shown!r}>"
 
 
 def _socket_inodes(local_port: int, remote_port: int) -> set[str]:
@@ -141,12 +142,12 @@ def reset_peak(pid: int) -> bool:
 class Board:
     url: str
     port: int
-    env: dict[str, str]
+    env: dict[str, str] = field(repr=False)
     process: subprocess.Popen[bytes]
     log: Path
     # Every secret the board handed out; none may appear in a later answer or the log.
-    handed_out: set[str] = field(default_factory=set)
-    passwords: set[str] = field(default_factory=set)
+    handed_out: set[str] = field(default_factory=set, repr=False)
+    passwords: set[str] = field(default_factory=set, repr=False)
 
     # ---- processes -------------------------------------------------------------------
     def worker_pids(self) -> list[int]:

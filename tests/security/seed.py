@@ -108,15 +108,15 @@ def observation(
 @dataclass
 class Person:
     email: str
-    password: str
-    token: str
-    role: str
+    password: str = field(repr=False)
+    token: str = field(repr=False)
+    role: str = "member"
 
 
 @dataclass
 class Host:
     host_id: str
-    token: str
+    token: str = field(repr=False)
     prefix: str
     display_name: str
 

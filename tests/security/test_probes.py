@@ -409,13 +409,13 @@ def test_finance_sees_no_process_details(board: Board, world: World) -> None:
 def test_odd_authorization_headers(board: Board, world: World, authorization: str) -> None:
     a = world.a
     value = authorization.format(t=a.admin.token)
-    with board.client() as c:
-        try:
-            reply = board.call(
-                c, "GET", f"/api/v1/workspaces/{a.slug}/hosts", headers={"Authorization": value}
-            )
-        except (UnicodeEncodeError, httpx.LocalProtocolError):
-            pytest.skip("not sendable as an HTTP header")
+    with board.client() as c:  # as raw bytes: a non-ASCII byte is sent as it is
+        reply = board.call(
+            c,
+            "GET",
+            f"/api/v1/workspaces/{a.slug}/hosts",
+            headers={"Authorization": value.encode("latin-1")},
+        )
     # Spelling variants of the real token may be accepted; anything else is a clean 401.
     if reply.status_code == 200:
         assert a.admin.token in value, reply
