@@ -92,8 +92,11 @@ class Archives:
                 raise
             except Exception:
                 log.exception("archive back-fill worker failed; retrying")
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+            # that lands as the event fires, and stop() would then wait forever.
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=poll)
+                async with asyncio.timeout(poll):
+                    await self._wake.wait()
 
     async def _execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         async with self.runtime.pool.connection() as conn:

@@ -192,7 +192,8 @@ class StreamHub:
 
     async def wait_listening(self, timeout: float) -> bool:
         with suppress(TimeoutError):
-            await asyncio.wait_for(self._listening.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._listening.wait()
         return self._listening.is_set()
 
     # -- in ----------------------------------------------------------------------
@@ -245,7 +246,10 @@ class StreamHub:
                     while True:
                         async for notify in conn.notifies(timeout=PROBE_SECONDS):
                             self._dispatch(notify.channel, notify.payload)
-                        await asyncio.wait_for(conn.execute("SELECT 1"), PROBE_TIMEOUT_SECONDS)
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow the
+                        # cancellation of stop(), and this loop would never end.
+                        async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                            await conn.execute("SELECT 1")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -52,7 +52,8 @@ async def _until_revoked(access: AgentAccess, host: AgentHost, watch: HostWatch)
     while not watch.revoked:
         timeout = RECHECK_SECONDS if access.listening() else FALLBACK_RECHECK_SECONDS
         with suppress(TimeoutError):
-            await asyncio.wait_for(watch.event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see archives.worker
+                await watch.event.wait()
         if watch.revoked:
             return
         # A timeout, or the listener went down or came back: notices may be missed.
@@ -145,7 +146,8 @@ async def sse_events(
             yield _sse("util", sample.event())
         while True:
             try:
-                sample = await asyncio.wait_for(sub.get(), KEEPALIVE_SECONDS)
+                async with asyncio.timeout(KEEPALIVE_SECONDS):
+                    sample = await sub.get()
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
