@@ -17,8 +17,9 @@ from board.db.urls import libpq_url, resolve_database_url
 from board.enrollment.routes import router as enrollment_router
 from board.errors import install_error_handlers
 from board.hosts.routes import router as hosts_router
-from board.httpserver import BodyDeadlineMiddleware
+from board.httpserver import BodyDeadlineMiddleware, RequestGuardMiddleware
 from board.ingest.routes import router as ingest_router
+from board.logs import install_redaction
 from board.partitions.scheduler import maintenance_loop
 from board.reports.routes import router as reports_router
 from board.runtime import Runtime
@@ -65,6 +66,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        install_redaction()  # after the server configured its log handlers
         runtime = Runtime.create(settings, resolve_database_url(settings))
         await runtime.start()
         app.state.runtime = runtime
@@ -86,7 +88,9 @@ def create_app(
             await runtime.stream.stop()
             await runtime.stop()
 
-    app = FastAPI(title="GUA Board", version="0.1.0", lifespan=lifespan)
+    # redirect_slashes off: Starlette's slash redirect names the request's Host header in
+    # its Location (an open redirect behind a shared cache); /w/{slug} redirects itself.
+    app = FastAPI(title="GUA Board", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
     install_error_handlers(app)
     # A body trickled in (or stalled) fails the request with 408 instead of holding its
     # handler; headers are bounded one layer down, in the server (board/httpserver.py).
@@ -95,6 +99,8 @@ def create_app(
         idle_seconds=settings.http_body_idle_seconds,
         total_seconds=settings.http_body_seconds,
     )
+    # Outermost: NUL in a URL, and bodies over the limit on routes without their own.
+    app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(ingest_router)
     app.include_router(archives_agent_router)
     app.include_router(archives_api_router)

@@ -321,3 +321,76 @@ def raise_open_files_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError) as exc:
         log.warning("could not raise the open files limit to %d: %s", target, exc)
+
+
+class RequestGuardMiddleware:
+    """Pure ASGI, outermost: refuses what no route should ever see.
+
+    - A NUL character in the path or the query string (PostgreSQL text cannot hold one,
+      and no id, slug or email of the board has one): 400.
+    - A body larger than `max_body_bytes` on any route that does not bound its own body
+      (the agent routes do, with their own limits and a rejection counted on the host):
+      413 from Content-Length before the app runs, or as soon as the stream passes the
+      limit. Without this, FastAPI read a 256 MiB JSON body whole, before checking the
+      caller's token, on any JSON or form route.
+    """
+
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, own_limits: tuple[str, ...] = ("/agent/v1/",)
+    ) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.own_limits = own_limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        query: bytes = scope.get("query_string", b"")
+        if "\x00" in path or b"\x00" in query or b"%00" in query.lower():
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await _send_error(send, 400, "The URL holds a NUL character, which nothing here has.")
+            return
+        if scope["type"] != "http" or path.startswith(self.own_limits):
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await _send_error(send, 413, _too_large(limit))
+                return
+        seen = 0
+
+        async def bounded() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise HTTPException(413, _too_large(limit), headers={"Connection": "close"})
+            return message
+
+        await self.app(scope, bounded, send)
+
+
+def _too_large(limit: int) -> str:
+    return f"The request body is larger than the limit of {limit} bytes."
+
+
+async def _send_error(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

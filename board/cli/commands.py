@@ -17,6 +17,7 @@ from board.db import migrate as migrations
 from board.db.engine import make_engine, make_sessionmaker
 from board.db.urls import resolve_database_url
 from board.errors import DomainError
+from board.logs import install_redaction
 from board.settings import Settings
 
 T = TypeVar("T")
@@ -68,6 +69,7 @@ def serve(args: argparse.Namespace) -> int:
     migrations.upgrade(url)
     settings.resolved_secret_key()  # created once here, not raced by workers
     logging.basicConfig(level=settings.log_level.upper())
+    install_redaction()
     raise_open_files_limit()  # before the workers start: they inherit it
     uvicorn.run(
         "board.app:create_served_app",
@@ -194,10 +196,11 @@ def remove_member(args: argparse.Namespace) -> int:
     async def run(session: AsyncSession) -> None:
         workspace = await service.get_workspace(session, args.workspace)
         user_id = await service.remove_member(session, workspace.id, args.email)
-        await web_sessions.end_all(session, user_id)
+        if not await service.has_memberships(session, user_id):
+            await web_sessions.end_all(session, user_id)
 
     _in_session(run)
-    print(f"{args.email} removed from {args.workspace}; their API tokens and sessions ended")
+    print(f"{args.email} removed from {args.workspace}; their API tokens there ended")
     return 0
 
 

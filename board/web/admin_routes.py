@@ -188,7 +188,8 @@ async def remove_member(
     page.ctx.require("admin")
     try:
         user_id = await workspaces.remove_member(db, page.ctx.workspace_id, email)
-        await web_sessions.end_all(db, user_id)
+        if not await workspaces.has_memberships(db, user_id):
+            await web_sessions.end_all(db, user_id)
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)
@@ -201,6 +202,7 @@ async def sign_out_member(
 ) -> Response:
     page.ctx.require("admin")
     membership = await workspaces.find_member(db, page.ctx.workspace_id, email)
+    await workspaces.ensure_may_end_all_sessions(db, page.ctx.user_id, membership.user_id)
     await web_sessions.end_all(db, membership.user_id)
     await db.commit()
     return redirect(request, f"/w/{page.slug}/admin?notice=member-signed-out#members")

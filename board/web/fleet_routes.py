@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from board.hosts import service as hosts
 from board.reports import service as reports
@@ -50,6 +50,12 @@ async def _fleet_context(
         ],
     }
     return context, fleet
+
+
+@router.get("")
+async def fleet_without_slash(request: Request) -> Response:
+    # Relative, unlike Starlette's slash redirect (which names the Host header).
+    return RedirectResponse(f"{request.url.path}/", status_code=307)
 
 
 @router.get("/")

@@ -75,10 +75,12 @@ async def add_member(
 
 @router.delete("/members/{email}", status_code=204)
 async def remove_member(email: str, ctx: WorkspaceDep, session: SessionDep) -> Response:
-    """The membership and its API tokens end; so do the person's web sessions."""
+    """The membership and its API tokens end at once; so do the person's web sessions
+    when this was their last workspace (pages check the membership on every request)."""
     ctx.require("admin")
     user_id = await service.remove_member(session, ctx.workspace_id, email)
-    await web_sessions.end_all(session, user_id)
+    if not await service.has_memberships(session, user_id):
+        await web_sessions.end_all(session, user_id)
     return Response(status_code=204)
 
 
@@ -87,6 +89,7 @@ async def sign_out_member(email: str, ctx: WorkspaceDep, session: SessionDep) ->
     """Sign the member out of every browser (their API tokens are not touched)."""
     ctx.require("admin")
     membership = await service.find_member(session, ctx.workspace_id, email)
+    await service.ensure_may_end_all_sessions(session, ctx.user_id, membership.user_id)
     await web_sessions.end_all(session, membership.user_id)
     return Response(status_code=204)
 

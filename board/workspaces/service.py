@@ -13,7 +13,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import passwords, tokens
-from board.errors import Conflict, NotFound, Unprocessable
+from board.errors import Conflict, Forbidden, NotFound, Unprocessable
 from board.workspaces.models import ROLES, ApiToken, Membership, User, Workspace
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -142,6 +142,43 @@ async def remove_member(session: AsyncSession, workspace_id: int, email: str) ->
     await session.delete(membership)
     await session.flush()
     return user_id
+
+
+async def has_memberships(session: AsyncSession, user_id: int) -> bool:
+    found = await session.scalar(select(Membership.user_id).where(Membership.user_id == user_id))
+    return found is not None
+
+
+async def ensure_may_end_all_sessions(
+    session: AsyncSession, admin_user_id: int, user_id: int
+) -> None:
+    """An admin may sign a person out of every browser only in this case (else 403).
+
+    Sessions belong to the person, not to a workspace: ending them all would reach into
+    every workspace the person belongs to. So an admin may do it only when they are an
+    admin of each of those workspaces; otherwise the person does it (their account page)
+    or the operator does (`gua-board sign-out`).
+    """
+    admin = Membership.__table__.alias("admin")
+    beyond = await session.scalar(
+        select(func.count())
+        .select_from(Membership)
+        .where(
+            Membership.user_id == user_id,
+            ~select(admin.c.user_id)
+            .where(
+                admin.c.workspace_id == Membership.workspace_id,
+                admin.c.user_id == admin_user_id,
+                admin.c.role == "admin",
+            )
+            .exists(),
+        )
+    )
+    if beyond:
+        raise Forbidden(
+            "This person also belongs to a workspace you do not administer, so you cannot "
+            "end all their sessions; they can (their account page), or the board's operator."
+        )
 
 
 async def revoke_member_tokens(session: AsyncSession, workspace_id: int, user_id: int) -> None:
