@@ -53,9 +53,10 @@ async def _fleet_context(
 
 
 @router.get("")
-async def fleet_without_slash(request: Request) -> Response:
-    # Relative, unlike Starlette's slash redirect (which names the Host header).
-    return RedirectResponse(f"{request.url.path}/", status_code=307)
+async def fleet_without_slash(request: Request, page: PageDep) -> Response:
+    # Relative, unlike Starlette's slash redirect (which names the Host header); a
+    # workspace that is not yours is 404 here as on every page.
+    return RedirectResponse(f"/w/{page.slug}/", status_code=307)
 
 
 @router.get("/")

@@ -365,9 +365,12 @@ def test_redirects_never_name_the_host_header(board: Board, world: World, person
         # A missing trailing slash is redirected too: that Location must not trust Host.
         slash = board.call(c, "GET", f"/w/{world.a.slug}", headers=evil)
         api_slash = board.call(c, "GET", f"/api/v1/workspaces/{world.a.slug}/hosts/", headers=evil)
-    for reply in (unsigned, signed, home, slash, api_slash):
+    for reply in (unsigned, signed, home, slash):
         assert reply.status_code in (302, 303, 307), reply
         assert "evil.example" not in reply.headers.get("location", ""), reply.headers
+    # The API does not redirect a trailing slash at all (Starlette's redirect is off).
+    assert api_slash.status_code == 404, api_slash
+    assert "location" not in api_slash.headers
 
 
 @pytest.mark.parametrize(
