@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -13,7 +14,7 @@ from board.auth import tokens
 from board.auth.passwords import PasswordGate
 from board.errors import Forbidden, NotFound, Unauthorized
 from board.runtime import RuntimeDep, SessionDep
-from board.workspaces.models import ApiToken, Membership, User, Workspace
+from board.workspaces.models import ROLES, ApiToken, Membership, User, Workspace
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,23 @@ async def workspace_context(ctx: TokenDep, slug: Annotated[str, Path()]) -> Work
 
 
 WorkspaceDep = Annotated[WorkspaceContext, Depends(workspace_context)]
+
+
+def _with_role(*roles: str) -> Callable[[WorkspaceContext], Awaitable[WorkspaceContext]]:
+    async def check(ctx: WorkspaceDep) -> WorkspaceContext:
+        ctx.require(*roles)
+        return ctx
+
+    return check
+
+
+# Roles in the signature (board-api.md's role table): reading a route's parameters tells
+# who may call it. Each is a WorkspaceDep that also answers 403 to any other role.
+AdminDep = Annotated[WorkspaceContext, Depends(_with_role("admin"))]
+# admin and member: the fleet in detail, processes, live graphs.
+MemberDep = Annotated[WorkspaceContext, Depends(_with_role("admin", "member"))]
+# every role, finance included: reports and the host inventory.
+ReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*ROLES))]
 
 
 async def member_context(session: AsyncSession, slug: str, user_id: int) -> WorkspaceContext:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -76,6 +77,19 @@ async def workspace_page(slug: Annotated[str, Path()], person: SignedInDep, db: 
 
 
 PageDep = Annotated[Page, Depends(workspace_page)]
+
+
+def _page_with_role(*roles: str) -> Callable[[Page], Awaitable[Page]]:
+    async def check(page: PageDep) -> Page:
+        page.ctx.require(*roles)
+        return page
+
+    return check
+
+
+# Roles in the signature of page routes, as AdminDep & co. for the API (board.auth.deps).
+AdminPageDep = Annotated[Page, Depends(_page_with_role("admin"))]
+MemberPageDep = Annotated[Page, Depends(_page_with_role("admin", "member"))]
 
 
 async def csrf_checked(request: Request, web: WebSessionDep) -> None:
