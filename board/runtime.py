@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from board.db.deps import SessionDep
 from board.db.engine import make_engine, make_sessionmaker
 from board.db.urls import libpq_url
 from board.ingest.access import REVOKE_CHANNEL, AgentAccess
@@ -87,12 +88,5 @@ async def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-async def get_session(runtime: RuntimeDep) -> Any:
-    from board.db.engine import session_scope
-
-    async for session in session_scope(runtime.sessions):
-        yield session
-
-
-# scope="function": commit before the response is sent, so a 2xx always means committed.
-SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+# Kept importable from here while modules move to board.db.deps.
+__all__ = ["Runtime", "RuntimeDep", "SessionDep", "get_runtime"]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import secrets
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
 import platformdirs
+from fastapi import Depends
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from starlette.requests import HTTPConnection
 
 _WEAK_SECRETS = {"changeme", "secret", "password", "dev", "test", "insecure"}
 
@@ -123,3 +126,15 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+async def app_settings(connection: HTTPConnection) -> Settings:
+    """The serving process's settings (the ones its app was created with).
+
+    async: a plain def dependency would be run in the thread pool on every request.
+    """
+    settings: Settings = connection.app.state.runtime.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]

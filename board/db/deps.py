@@ -1,0 +1,34 @@
+"""Database access for routes: the request's session (one transaction) and the raw pool.
+
+Read from the process's runtime on `app.state` by attribute, so this kit module needs
+nothing from the domains (`board.runtime`, the composition root, builds both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import Depends
+from psycopg_pool import AsyncConnectionPool
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.requests import HTTPConnection
+
+from board.db.engine import session_scope
+
+
+async def get_session(connection: HTTPConnection) -> AsyncIterator[AsyncSession]:
+    async for session in session_scope(connection.app.state.runtime.sessions):
+        yield session
+
+
+# scope="function": commit before the response is sent, so a 2xx always means committed.
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+
+
+async def get_pool(connection: HTTPConnection) -> AsyncConnectionPool[Any]:
+    pool: AsyncConnectionPool[Any] = connection.app.state.runtime.pool
+    return pool
+
+
+PoolDep = Annotated[AsyncConnectionPool[Any], Depends(get_pool)]
