@@ -11,10 +11,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import tokens
+from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
 from board.auth.passwords import PasswordGate
 from board.errors import Forbidden, NotFound, Unauthorized
 from board.runtime import RuntimeDep, SessionDep
-from board.workspaces.models import ROLES, ApiToken, Membership, User, Workspace
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,111 @@
-"""Server-side state of web sign-in: open sessions and failed-attempt counters.
+"""Who may do what: workspaces (tenants), people, memberships with roles, tokens, sessions.
 
-Both live in PostgreSQL so every board process (and replica) agrees: a session ended in
-one process is ended in all of them, and guesses are counted once however many workers
-answer them.
+These tables are what every request's principal is resolved from (board.auth.deps), so
+they sit in the kit, below every domain; `board.workspaces` manages them. Web sessions
+and failed sign-ins live in PostgreSQL so every board process (and replica) agrees: a
+session ended in one process is ended in all of them, and guesses are counted once
+however many workers answer them.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Identity, Integer, LargeBinary, func
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Identity,
+    Integer,
+    LargeBinary,
+    PrimaryKeyConstraint,
+    Text,
+    func,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
+
+ROLES = ("admin", "member", "finance")
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    slug: Mapped[str] = mapped_column(Text, unique=True)
+    name: Mapped[str] = mapped_column(Text)
+    max_sample_gap_seconds: Mapped[int] = mapped_column(Integer, server_default="120")
+    stale_after_seconds: Mapped[int] = mapped_column(Integer, server_default="90")
+    timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
+    # How long hourly rollups are kept; raw samples follow the server-wide raw retention.
+    retention_days: Mapped[int] = mapped_column(Integer, server_default="400")
+    # A host reporting more distinct GPU UUIDs than this has its push refused (a broken or
+    # hostile agent must not create unbounded GPU rows).
+    max_gpus_per_host: Mapped[int] = mapped_column(Integer, server_default="64")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint("slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'", name="slug_format"),
+        CheckConstraint("max_sample_gap_seconds BETWEEN 1 AND 86400", name="max_gap_range"),
+        CheckConstraint("stale_after_seconds BETWEEN 1 AND 86400", name="stale_after_range"),
+        CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_range"),
+        CheckConstraint("max_gpus_per_host BETWEEN 1 AND 4096", name="max_gpus_per_host_range"),
+    )
+
+
+class User(Base):
+    """A person; global, so one person can belong to several workspaces."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    email: Mapped[str] = mapped_column(Text, unique=True)
+    password_hash: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (CheckConstraint("email = lower(email)", name="email_lowercase"),)
+
+
+class Membership(Base):
+    __tablename__ = "memberships"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "user_id"),
+        CheckConstraint("role IN ('admin', 'member', 'finance')", name="role_known"),
+    )
+
+
+class ApiToken(Base):
+    """A personal API token (gua_pat_…), scoped to one membership; only its SHA-256 is kept."""
+
+    __tablename__ = "api_tokens"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    id: Mapped[int] = mapped_column(BigInteger, Identity())
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    token_prefix: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "id"),
+        ForeignKeyConstraint(
+            ["workspace_id", "user_id"],
+            ["memberships.workspace_id", "memberships.user_id"],
+            ondelete="CASCADE",
+        ),
+    )
 
 
 class WebSessionRow(Base):

@@ -15,8 +15,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import tokens
-from board.auth.models import WebSessionRow
-from board.workspaces.models import User
+from board.auth.models import User, WebSessionRow
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,20 @@
 """Every table, imported once so alembic sees the whole metadata."""
 
 from board.archives.models import ArchiveBackfill, ArchiveObject
-from board.auth.models import SignInFailure, WebSessionRow
+from board.auth.models import (
+    ApiToken,
+    Membership,
+    SignInFailure,
+    User,
+    WebSessionRow,
+    Workspace,
+)
 from board.db.base import Base
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
 from board.ingest.tables import gpu_samples, host_observations, process_samples
 from board.rollups.daily import GpuDayRollup, RollupDirtyDay, UserDayRollup
 from board.rollups.models import GpuHourRollup, UserHourRollup
-from board.workspaces.models import ApiToken, Membership, User, Workspace
 
 __all__ = [
     "ApiToken",
