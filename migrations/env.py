@@ -9,8 +9,8 @@ from typing import Any
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from board.db.models import Base
 from board.db.urls import resolve_database_url, sqlalchemy_url
+from board.metadata import Base
 from board.settings import Settings
 
 config = context.config

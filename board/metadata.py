@@ -1,4 +1,5 @@
-"""Every table, imported once so alembic sees the whole metadata."""
+"""Every table, imported once so alembic sees the whole metadata (a composition module,
+like app.py: it imports every domain, and nothing imports it but the migrations)."""
 
 from board.archives.models import ArchiveBackfill, ArchiveObject
 from board.auth.models import (
