@@ -13,8 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.auth import tokens
 from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
 from board.auth.passwords import PasswordGate
+from board.db.deps import SessionDep
 from board.errors import Forbidden, NotFound, Unauthorized
-from board.runtime import RuntimeDep, SessionDep
+from board.settings import SettingsDep
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,10 @@ async def memberships_of(session: AsyncSession, user_id: int) -> list[tuple[str,
     return [(slug, name, role) for slug, name, role in rows.all()]
 
 
-def password_gate(request: Request, runtime: RuntimeDep) -> PasswordGate:
+async def password_gate(request: Request, settings: SettingsDep) -> PasswordGate:
     """This process's bound on concurrent argon2 work (board.auth.passwords)."""
     gate = getattr(request.app.state, "password_gate", None)
     if not isinstance(gate, PasswordGate):
-        settings = runtime.settings
         gate = PasswordGate(settings.password_concurrency, settings.password_queue)
         request.app.state.password_gate = gate
     return gate
