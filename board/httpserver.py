@@ -14,6 +14,7 @@ trickles a body holds a request handler too. So:
   read fails with 408 and the handler stops.
 
 `uvicorn_options` is what `gua-board serve` and `gua-board demo` both give uvicorn.
+`read_body` is how a route with its own body limit (the agent routes) reads its body.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from collections.abc import Generator
 from typing import Any, TypedDict, cast
 
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from board.errors import PayloadTooLarge
 from board.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -374,6 +377,24 @@ class RequestGuardMiddleware:
             return message
 
         await self.app(scope, bounded, send)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes the limit (before any parsing).
+
+    From Content-Length when it says so, else while the body streams in.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _too_large(limit: int) -> str:

@@ -178,7 +178,7 @@ def partitions(_: argparse.Namespace) -> int:
 
 
 def rollups_rebuild(args: argparse.Namespace) -> int:
-    from board.rollups.rebuild import rebuild_command
+    from board.cli.rollups import rebuild_command
 
     return rebuild_command(args, _settings())
 

@@ -15,10 +15,8 @@ from typing import Any
 import psycopg
 
 from board.db.pgtext import int_array, nullable_int_array, nullable_text_array, text_array
+from board.ingest.gpuids import GpuInfo, GpuKey
 from board.ingest.normalize import Observation, gpu_state
-
-GpuKey = tuple[int, str]  # (host_id, uuid)
-GpuInfo = tuple[int, int, str, int]  # (gpu_id, index, name, memory_total_mb)
 
 _OBSERVATIONS = """
     INSERT INTO host_observations (workspace_id, host_id, observed_at, received_at,
@@ -71,7 +69,7 @@ def sample_params(
         ws, host, at = o.workspace_id, o.host_id, o.observed_at.isoformat()
         partial = o.snapshot.collectionStatus == "partial"
         for g in o.snapshot.gpus:
-            gpu_id = gpu_ids[(host, g.uuid)][0]
+            gpu_id = gpu_ids[(host, g.uuid)].gpu_id
             gpus.append(
                 (ws, host, at, gpu_id, g.index, g.utilPct, g.memoryUsedMb, g.memoryTotalMb,
                  g.temperatureC, g.powerW, g.usageState, gpu_state(g, partial))

@@ -22,8 +22,6 @@ from sqlalchemy import (
 
 from board.db.base import Base
 
-PARTITIONED_TABLES = ("host_observations", "gpu_samples", "process_samples")
-
 host_observations = Table(
     "host_observations",
     Base.metadata,

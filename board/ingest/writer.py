@@ -17,19 +17,25 @@ import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import suppress
-from datetime import UTC, date, datetime
-from typing import Any
+from datetime import UTC, date
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from board.ingest.gpuids import GpuInfo, GpuKey, TooManyGpus
 from board.ingest.normalize import Observation
-from board.ingest.store import GpuInfo, GpuKey, Outcome, TooManyGpus, store_batch
+from board.ingest.store import Outcome, store_batch
 from board.partitions.maintenance import create_days, existing_partitions
 
 log = logging.getLogger(__name__)
 
-_Item = tuple[Observation, "asyncio.Future[Outcome]"]
+
+class _Queued(NamedTuple):
+    """An observation waiting for its batch, and its request waiting for the outcome."""
+
+    observation: Observation
+    answer: asyncio.Future[Outcome]
 
 
 class _Turn:
@@ -49,7 +55,7 @@ class IngestWriter:
         self._pool = pool
         self._max_batch = max_batch
         self._writers = writers
-        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Queued] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._gpu_cache: dict[GpuKey, GpuInfo] = {}
         self._partition_days: set[date] | None = None
@@ -71,7 +77,7 @@ class IngestWriter:
         if not self._tasks:
             raise RuntimeError("ingest writer is not running")
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        await self._queue.put((observation, future))
+        await self._queue.put(_Queued(observation, future))
         return await future
 
     async def _run(self) -> None:
@@ -88,26 +94,28 @@ class IngestWriter:
             finally:
                 turn.hand_on()
 
-    async def _write(self, batch: list[_Item], prepared: Callable[[], None] | None = None) -> None:
+    async def _write(
+        self, batch: list[_Queued], prepared: Callable[[], None] | None = None
+    ) -> None:
         try:
-            outcomes = await self._transaction([obs for obs, _ in batch], prepared)
+            outcomes = await self._transaction([item.observation for item in batch], prepared)
         except Exception as exc:
             if len(batch) == 1:
                 log.exception("storing an observation failed")
-                if not batch[0][1].done():
-                    batch[0][1].set_exception(exc)
+                if not batch[0].answer.done():
+                    batch[0].answer.set_exception(exc)
                 return
             # One bad item must not fail its neighbours: retry each alone.
             for item in batch:
                 await self._write([item])
             return
-        for (_, future), outcome in zip(batch, outcomes, strict=True):
-            if future.done():
+        for item, outcome in zip(batch, outcomes, strict=True):
+            if item.answer.done():
                 continue
             if isinstance(outcome, TooManyGpus):
-                future.set_exception(outcome)
+                item.answer.set_exception(outcome)
             else:
-                future.set_result(outcome)
+                item.answer.set_result(outcome)
 
     async def _transaction(
         self, observations: list[Observation], prepared: Callable[[], None] | None
@@ -158,7 +166,3 @@ class IngestWriter:
 def missing_partition(exc: psycopg.Error) -> bool:
     """PostgreSQL's "no partition of relation … found for row" (a check violation)."""
     return exc.sqlstate == "23514" and "no partition of relation" in str(exc)
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)

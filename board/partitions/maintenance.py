@@ -16,9 +16,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from board.ingest.tables import PARTITIONED_TABLES
-
 log = logging.getLogger(__name__)
+
+# The raw history's tables (defined in board/ingest/tables.py), partitioned by day here.
+PARTITIONED_TABLES = ("host_observations", "gpu_samples", "process_samples")
 
 _CHILD = re.compile(r"^(?P<parent>[a-z_]+)_p(?P<day>\d{8})$")
 # Serializes maintenance across board processes sharing one database.

@@ -21,6 +21,7 @@ from sqlalchemy import BigInteger, DateTime, Index, PrimaryKeyConstraint, Text, 
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
+from board.db.locks import lock_hosts
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,7 @@ async def refresh_day_rollups(
 async def _refresh_some(conn: psycopg.AsyncConnection[Any], ws: int, now: datetime) -> int:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", [DAY_ROLLUP_LOCK_KEY])
-        await conn.execute(
-            "SELECT id FROM hosts WHERE workspace_id = %s ORDER BY workspace_id, id FOR UPDATE",
-            [ws],
-        )
+        await lock_hosts(conn, "h.id", "h.workspace_id = %s", [ws])
         # The marks go first: a write racing in (from a host enrolled after the lock
         # above) finds its day's mark being deleted, waits for this commit and re-marks.
         cur = await conn.execute(

@@ -1,4 +1,4 @@
-"""`gua-board rollups rebuild`: recompute hourly rollups from the raw samples.
+"""Rebuilding hourly rollups from the raw samples (`gua-board rollups rebuild`).
 
 The replay feeds each host's stored observations, in time order, through the same
 RollupDelta crediting the ingest path uses, so a rebuilt hour equals the incremental
@@ -9,25 +9,19 @@ boundary are split exactly as ingest split them; only hours inside the window ar
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import sys
-import zoneinfo
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from board.db.urls import libpq_url, resolve_database_url
-from board.errors import DomainError
+from board.db.locks import lock_hosts
+from board.errors import NotFound
 from board.partitions.maintenance import existing_partitions
-from board.reports.params import HOUR, parse_bound
 from board.rollups.crediting import GpuTick, RollupDelta, Tick, compute_holders, to_us
 from board.rollups.store import upsert_rollup_delta
-from board.settings import Settings
 
-_UTC_ZONE = zoneinfo.ZoneInfo("UTC")
+HOUR = timedelta(hours=1)
 
 
 @dataclass
@@ -42,6 +36,15 @@ class RebuildResult:
         self.observations += other.observations
         self.gpu_rows += other.gpu_rows
         self.user_rows += other.user_rows
+
+
+@dataclass(frozen=True, slots=True)
+class RawSpan:
+    """The hours a workspace's raw samples can still rebuild."""
+
+    workspace_id: int
+    oldest: datetime  # the first hour whose rollups can still be recomputed
+    newest: datetime  # the hour of the newest raw sample
 
 
 _TICKS = """
@@ -131,17 +134,9 @@ async def rebuild(
     """
     if from_.minute or from_.second or from_.microsecond or to.minute or to.second:
         raise ValueError("rebuild windows start and end on whole hours")
-    cur = await conn.execute(
-        """
-        SELECT h.id, w.max_sample_gap_seconds
-        FROM hosts h JOIN workspaces w ON w.id = h.workspace_id
-        WHERE h.workspace_id = %s
-        ORDER BY h.workspace_id, h.id
-        FOR UPDATE OF h
-        """,
-        [workspace_id],
+    hosts = await lock_hosts(
+        conn, "h.id, w.max_sample_gap_seconds", "h.workspace_id = %s", [workspace_id]
     )
-    hosts = await cur.fetchall()
     result = RebuildResult(hosts=len(hosts))
     window = {"ws": workspace_id, "from": from_, "to": to}
     for table in ("gpu_hour_rollups", "user_hour_rollups"):
@@ -167,6 +162,51 @@ async def rebuild(
     return result
 
 
+async def raw_span(conn: psycopg.AsyncConnection[Any], slug: str) -> RawSpan | None:
+    """What the workspace's raw samples can rebuild; None when it has none.
+
+    Nothing before the oldest raw partition is left, and an interval opened by a
+    dropped sample reaches at most max gap into it: rollups of those hours can no
+    longer be recomputed, so they are left alone. So are hours before any sample.
+    """
+    cur = await conn.execute(
+        "SELECT id, max_sample_gap_seconds FROM workspaces WHERE slug = %s", [slug]
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"no workspace {slug!r}")
+    workspace_id, max_gap = int(row[0]), timedelta(seconds=int(row[1]))
+    cur = await conn.execute(
+        "SELECT min(observed_at), max(observed_at) FROM host_observations WHERE workspace_id = %s",
+        [workspace_id],
+    )
+    earliest, latest = (await cur.fetchone()) or (None, None)
+    if earliest is None or latest is None:
+        return None
+    partitions = await existing_partitions(conn)
+    first_day = min(partitions["host_observations"], default=earliest.date())
+    kept_from = datetime(first_day.year, first_day.month, first_day.day, tzinfo=UTC)
+    oldest = max(_floor_hour(earliest), _ceil_hour(kept_from + max_gap))
+    return RawSpan(workspace_id, oldest, _floor_hour(latest))
+
+
+async def rebuild_days(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, start: datetime, end: datetime
+) -> RebuildResult:
+    """`rebuild` [start, end) one UTC day per transaction (`conn` in autocommit mode).
+
+    A transaction per day holds the host locks for seconds, not for the whole replay.
+    """
+    total = RebuildResult()
+    day = start
+    while day < end:
+        stop = min(day.replace(hour=0) + timedelta(days=1), end)
+        async with conn.transaction():
+            total.add(await rebuild(conn, workspace_id, day, stop))
+        day = stop
+    return total
+
+
 def _floor_hour(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
@@ -174,69 +214,3 @@ def _floor_hour(moment: datetime) -> datetime:
 def _ceil_hour(moment: datetime) -> datetime:
     floor = _floor_hour(moment)
     return floor if floor == moment else floor + HOUR
-
-
-async def _run(args: argparse.Namespace, url: str) -> int:
-    async with await psycopg.AsyncConnection.connect(url) as conn:
-        cur = await conn.execute(
-            "SELECT id, max_sample_gap_seconds FROM workspaces WHERE slug = %s", [args.workspace]
-        )
-        row = await cur.fetchone()
-        if row is None:
-            sys.stderr.write(f"gua-board: no workspace {args.workspace!r}\n")
-            return 2
-        workspace_id, max_gap = int(row[0]), timedelta(seconds=int(row[1]))
-        cur = await conn.execute(
-            "SELECT min(observed_at), max(observed_at) FROM host_observations "
-            "WHERE workspace_id = %s",
-            [workspace_id],
-        )
-        earliest, latest = (await cur.fetchone()) or (None, None)
-        partitions = await existing_partitions(conn)
-        await conn.commit()
-        if earliest is None or latest is None:
-            sys.stdout.write(f"workspace {args.workspace} has no raw samples; nothing rebuilt\n")
-            return 0
-        # Nothing before the oldest raw partition is left, and an interval opened by a
-        # dropped sample reaches at most max gap into it: rollups of those hours can no
-        # longer be recomputed, so they are left alone. So are hours before any sample.
-        first_day = min(partitions["host_observations"], default=earliest.date())
-        kept_from = datetime(first_day.year, first_day.month, first_day.day, tzinfo=UTC)
-        oldest = max(_floor_hour(earliest), _ceil_hour(kept_from + max_gap))
-        try:
-            start = parse_bound("--from", args.from_, "UTC", _UTC_ZONE) if args.from_ else oldest
-            end = parse_bound("--to", args.to, "UTC", _UTC_ZONE) if args.to else _floor_hour(latest)
-        except DomainError as exc:
-            sys.stderr.write(f"gua-board: {exc.detail}\n")
-            return 2
-        if not args.to:
-            end += HOUR
-        if start < oldest:
-            sys.stdout.write(
-                f"raw samples are kept from {oldest.isoformat()}; rebuilding from there "
-                "and keeping the older rollups\n"
-            )
-            start = oldest
-        if end <= start:
-            sys.stdout.write("nothing to rebuild in that window\n")
-            return 0
-        total = RebuildResult()
-        day = start
-        # One transaction per day: host locks are held for seconds, not the whole replay.
-        while day < end:
-            stop = min(day.replace(hour=0) + timedelta(days=1), end)
-            async with conn.transaction():
-                total.add(await rebuild(conn, workspace_id, day, stop))
-            day = stop
-        sys.stdout.write(
-            f"rebuilt {args.workspace} from {start.isoformat()} to {end.isoformat()}: "
-            f"{total.observations} observations on {total.hosts} hosts, "
-            f"{total.gpu_rows} GPU-hour and {total.user_rows} user-hour rows\n"
-        )
-        return 0
-
-
-def rebuild_command(args: argparse.Namespace, settings: Settings) -> int:
-    """Entry point of `gua-board rollups rebuild --workspace SLUG [--from --to]`."""
-    url = libpq_url(resolve_database_url(settings))
-    return asyncio.run(_run(args, url))

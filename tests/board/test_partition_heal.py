@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from fastapi import FastAPI
 
-from board.ingest.tables import PARTITIONED_TABLES
-from board.partitions.maintenance import partition_name
+from board.partitions.maintenance import PARTITIONED_TABLES, partition_name
 from tests.board.db import execute, scalar
 from tests.board.helpers import enroll, example, make_tenant, push, retimed
 

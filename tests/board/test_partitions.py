@@ -7,7 +7,8 @@ from datetime import UTC, date, datetime, timedelta
 import psycopg
 import pytest
 
-from board.partitions.maintenance import partition_name, run_maintenance
+from board.db.base import Base
+from board.partitions.maintenance import PARTITIONED_TABLES, partition_name, run_maintenance
 from tests.board.db import scalar
 from tests.board.helpers import enroll, example, make_tenant, push, retimed
 
@@ -19,6 +20,18 @@ async def _children(conn, table: str) -> set[str]:
         [table],
     )
     return {r[0] for r in await cur.fetchall()}
+
+
+def test_every_partitioned_table_is_maintained() -> None:
+    """The names partitions keeps are the tables the models declare partitioned."""
+    import board.metadata  # noqa: F401  (registers every table on Base.metadata)
+
+    declared = {
+        name
+        for name, table in Base.metadata.tables.items()
+        if table.dialect_options["postgresql"].get("partition_by")
+    }
+    assert declared == set(PARTITIONED_TABLES)
 
 
 async def test_window_created_and_old_days_dropped(database_url: str) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 
 from board.db.urls import libpq_url
+from board.maintenance import maintain_once
 from board.partitions.maintenance import run_maintenance
-from board.partitions.scheduler import maintain_once
 from tests.board.helpers import enroll, push
 from tests.board.test_reports_builders import (
     day_rollups_mismatch,

@@ -1,0 +1,63 @@
+"""`gua-board rollups rebuild --workspace SLUG [--from FROM] [--to TO]`.
+
+The window is read like a report's (a date or a time on a whole UTC hour, in UTC) and
+defaults to everything the raw samples can still rebuild; board.rollups.rebuild does
+the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import zoneinfo
+
+import psycopg
+
+from board.db.urls import libpq_url, resolve_database_url
+from board.errors import DomainError
+from board.reports.params import parse_bound
+from board.rollups.rebuild import HOUR, raw_span, rebuild_days
+from board.settings import Settings
+
+_UTC = zoneinfo.ZoneInfo("UTC")
+
+
+def rebuild_command(args: argparse.Namespace, settings: Settings) -> int:
+    """The exit status: 0 done (or nothing to do), 2 an unknown workspace or a bad window."""
+    url = libpq_url(resolve_database_url(settings))
+    return asyncio.run(_rebuild(args, url))
+
+
+async def _rebuild(args: argparse.Namespace, url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        try:
+            span = await raw_span(conn, args.workspace)
+        except DomainError as exc:
+            sys.stderr.write(f"gua-board: {exc.detail}\n")
+            return 2
+        if span is None:
+            sys.stdout.write(f"workspace {args.workspace} has no raw samples; nothing rebuilt\n")
+            return 0
+        try:
+            start = parse_bound("--from", args.from_, "UTC", _UTC) if args.from_ else span.oldest
+            end = parse_bound("--to", args.to, "UTC", _UTC) if args.to else span.newest + HOUR
+        except DomainError as exc:
+            sys.stderr.write(f"gua-board: {exc.detail}\n")
+            return 2
+        if start < span.oldest:
+            sys.stdout.write(
+                f"raw samples are kept from {span.oldest.isoformat()}; rebuilding from there "
+                "and keeping the older rollups\n"
+            )
+            start = span.oldest
+        if end <= start:
+            sys.stdout.write("nothing to rebuild in that window\n")
+            return 0
+        total = await rebuild_days(conn, span.workspace_id, start, end)
+        sys.stdout.write(
+            f"rebuilt {args.workspace} from {start.isoformat()} to {end.isoformat()}: "
+            f"{total.observations} observations on {total.hosts} hosts, "
+            f"{total.gpu_rows} GPU-hour and {total.user_rows} user-hour rows\n"
+        )
+        return 0
