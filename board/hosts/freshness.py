@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-FRESHNESS = ("never", "ok", "partial", "error", "stale")
+from board.hosts.schemas import Freshness
 
 
 def freshness(
@@ -12,11 +12,13 @@ def freshness(
     collection_status: str | None,
     now: datetime,
     stale_after_seconds: int,
-) -> str:
+) -> Freshness:
     if latest_observed_at is None:
         return "never"
     if now - latest_observed_at > timedelta(seconds=stale_after_seconds):
         return "stale"
-    if collection_status in ("ok", "partial", "error"):
-        return collection_status
+    if collection_status == "ok":
+        return "ok"
+    if collection_status == "partial":
+        return "partial"
     return "error"

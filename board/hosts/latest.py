@@ -8,10 +8,11 @@ A host silent for longer than the raw retention has no samples left: no GPUs sho
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from board.hosts.schemas import GpuOut, ProcessOut
 
 _GPUS = text(
     """
@@ -40,30 +41,30 @@ _PROCESSES = text(
 
 async def newest_gpus(
     session: AsyncSession, workspace_id: int, host_ids: list[int]
-) -> dict[int, list[dict[str, Any]]]:
+) -> dict[int, list[GpuOut]]:
     """host id -> its GPUs as the hosts API shows them, processes included, by index."""
     params = {"ws": workspace_id, "hosts": host_ids}
-    processes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    processes: dict[int, list[ProcessOut]] = defaultdict(list)
     for _, gpu_id, pid, user, name, ptype, memory in await session.execute(_PROCESSES, params):
         processes[gpu_id].append(
-            {"pid": pid, "linuxUser": user, "name": name, "type": ptype, "memoryUsedMb": memory}
+            ProcessOut(pid=pid, linux_user=user, name=name, type=ptype, memory_used_mb=memory)
         )
-    gpus: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    gpus: dict[int, list[GpuOut]] = defaultdict(list)
     for row in await session.execute(_GPUS, params):
         host_id, gpu_id, uuid, index, name, state, reported, util, used, total, temp, power = row
         gpus[host_id].append(
-            {
-                "uuid": uuid,
-                "index": index,
-                "name": name,
-                "usageState": state,
-                "reportedUsageState": reported,
-                "utilPct": util,
-                "memoryUsedMb": used,
-                "memoryTotalMb": total,
-                "temperatureC": temp,
-                "powerW": power,
-                "processes": processes.get(gpu_id, []),
-            }
+            GpuOut(
+                uuid=uuid,
+                index=index,
+                name=name,
+                usage_state=state,
+                reported_usage_state=reported,
+                util_pct=util,
+                memory_used_mb=used,
+                memory_total_mb=total,
+                temperature_c=temp,
+                power_w=power,
+                processes=processes.get(gpu_id, []),
+            )
         )
     return gpus

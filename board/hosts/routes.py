@@ -2,34 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
-from board.auth.deps import WorkspaceDep
+from board.auth.deps import AdminDep, ReaderDep
 from board.hosts import service
+from board.hosts.schemas import HostListOut, HostOut, RevokedHostOut
 from board.runtime import RuntimeDep, SessionDep
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/hosts", tags=["hosts"])
 
 
-@router.get("")
-async def list_hosts(ctx: WorkspaceDep, session: SessionDep) -> dict[str, Any]:
-    return {"hosts": await service.list_hosts(session, ctx)}
+@router.get("", response_model=HostListOut)
+async def list_hosts(ctx: ReaderDep, session: SessionDep) -> HostListOut:
+    return HostListOut(hosts=await service.list_hosts(session, ctx))
 
 
-@router.get("/{host_id}")
-async def get_host(host_id: str, ctx: WorkspaceDep, session: SessionDep) -> dict[str, Any]:
+@router.get("/{host_id}", response_model=HostOut)
+async def get_host(host_id: str, ctx: ReaderDep, session: SessionDep) -> HostOut:
     return await service.get_host(session, ctx, host_id)
 
 
-@router.post("/{host_id}/revoke")
+@router.post("/{host_id}/revoke", response_model=RevokedHostOut)
 async def revoke_host(
-    host_id: str, ctx: WorkspaceDep, session: SessionDep, runtime: RuntimeDep
-) -> dict[str, Any]:
-    ctx.require("admin")
+    host_id: str, ctx: AdminDep, session: SessionDep, runtime: RuntimeDep
+) -> RevokedHostOut:
     host = await service.revoke_host(session, runtime, ctx, host_id)
-    return {
-        "hostId": host_id,
-        "revokedAt": host.revoked_at.isoformat() if host.revoked_at else None,
-    }
+    return RevokedHostOut(host_id=host_id, revoked_at=host.revoked_at)

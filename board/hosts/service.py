@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,59 +14,53 @@ from board.errors import NotFound
 from board.hosts.freshness import freshness
 from board.hosts.latest import newest_gpus
 from board.hosts.models import Host, HostRejection
-from board.ingest.access import REVOKE_CHANNEL, revocation_payload
-
-if TYPE_CHECKING:
-    from board.runtime import Runtime
+from board.hosts.revocation import REVOKE_CHANNEL, RevocationListener, revocation_payload
+from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut, RejectedPushOut
 
 REJECTIONS_WINDOW = timedelta(hours=24)
 
 
-def _public_gpu(gpu: dict[str, Any], with_processes: bool) -> dict[str, Any]:
+def _shown_gpu(gpu: GpuOut, with_processes: bool) -> GpuOut | GpuProcessCountOut:
     if with_processes:
         return gpu
-    shown = {k: v for k, v in gpu.items() if k != "processes"}
-    shown["processes"] = None
-    shown["processCount"] = len(gpu["processes"])
-    return shown
+    fields = gpu.model_dump(exclude={"processes"}, by_alias=False)
+    return GpuProcessCountOut(**fields, process_count=len(gpu.processes))
 
 
-def host_view(
+def _view(
     host: Host,
     ctx: WorkspaceContext,
     now: datetime,
-    rejections: list[dict[str, Any]],
-    gpus: list[dict[str, Any]],
-) -> dict[str, Any]:
-    return {
-        "hostId": str(host.public_id),
-        "displayName": host.display_name,
-        "hostname": host.hostname,
-        "freshness": freshness(
+    rejections: list[RejectedPushOut],
+    gpus: list[GpuOut],
+) -> HostOut:
+    return HostOut(
+        host_id=str(host.public_id),
+        display_name=host.display_name,
+        hostname=host.hostname,
+        freshness=freshness(
             host.latest_observed_at,
             host.latest_collection_status,
             now,
             ctx.workspace.stale_after_seconds,
         ),
-        "lastSeenAt": host.latest_observed_at.isoformat() if host.latest_observed_at else None,
-        "lastReceivedAt": (
-            host.latest_received_at.isoformat() if host.latest_received_at else None
-        ),
-        "collectionStatus": host.latest_collection_status,
-        "errors": list(host.latest_errors or []),
-        "agentVersion": host.agent_version,
-        "driverVersion": host.driver_version,
-        "tokenPrefix": host.agent_token_prefix,
-        "enrolledAt": host.enrolled_at.isoformat(),
-        "revokedAt": host.revoked_at.isoformat() if host.revoked_at else None,
-        "rejectedPushes": rejections,
-        "gpus": [_public_gpu(g, ctx.sees_processes) for g in gpus],
-    }
+        last_seen_at=host.latest_observed_at,
+        last_received_at=host.latest_received_at,
+        collection_status=host.latest_collection_status,
+        errors=list(host.latest_errors or []),
+        agent_version=host.agent_version,
+        driver_version=host.driver_version,
+        token_prefix=host.agent_token_prefix,
+        enrolled_at=host.enrolled_at,
+        revoked_at=host.revoked_at,
+        rejected_pushes=rejections,
+        gpus=[_shown_gpu(g, ctx.sees_processes) for g in gpus],
+    )
 
 
 async def _rejections(
     session: AsyncSession, workspace_id: int, host_ids: list[int], now: datetime
-) -> dict[int, list[dict[str, Any]]]:
+) -> dict[int, list[RejectedPushOut]]:
     rows = await session.execute(
         select(
             HostRejection.host_id,
@@ -85,20 +78,20 @@ async def _rejections(
         .group_by(HostRejection.host_id, HostRejection.reason)
         .order_by(HostRejection.reason)
     )
-    found: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    found: dict[int, list[RejectedPushOut]] = defaultdict(list)
     for host_id, reason, count, last_at, last in rows.all():
         found[host_id].append(
-            {
-                "reason": reason,
-                "count": int(count),
-                "lastAt": last_at.isoformat(),
-                "lastDetail": str(last).split("\x1f", 1)[-1],
-            }
+            RejectedPushOut(
+                reason=reason,
+                count=int(count),
+                last_at=last_at,
+                last_detail=str(last).split("\x1f", 1)[-1],
+            )
         )
     return found
 
 
-async def list_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[dict[str, Any]]:
+async def list_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[HostOut]:
     hosts = (
         await session.scalars(
             select(Host)
@@ -110,7 +103,7 @@ async def list_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[dict[
     ids = [h.id for h in hosts]
     rejections = await _rejections(session, ctx.workspace_id, ids, now)
     gpus = await newest_gpus(session, ctx.workspace_id, ids)
-    return [host_view(h, ctx, now, rejections.get(h.id, []), gpus.get(h.id, [])) for h in hosts]
+    return [_view(h, ctx, now, rejections.get(h.id, []), gpus.get(h.id, [])) for h in hosts]
 
 
 async def get_host_row(session: AsyncSession, workspace_id: int, host_id: str) -> Host:
@@ -126,16 +119,20 @@ async def get_host_row(session: AsyncSession, workspace_id: int, host_id: str) -
     return host
 
 
-async def get_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> dict[str, Any]:
-    host = await get_host_row(session, ctx.workspace_id, host_id)
+async def view_of(session: AsyncSession, ctx: WorkspaceContext, host: Host) -> HostOut:
+    """One host row as the API shows it (the host page also needs the row itself)."""
     now = datetime.now(UTC)
     rejections = await _rejections(session, ctx.workspace_id, [host.id], now)
     gpus = await newest_gpus(session, ctx.workspace_id, [host.id])
-    return host_view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []))
+    return _view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []))
+
+
+async def get_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> HostOut:
+    return await view_of(session, ctx, await get_host_row(session, ctx.workspace_id, host_id))
 
 
 async def revoke_host(
-    session: AsyncSession, runtime: Runtime, ctx: WorkspaceContext, host_id: str
+    session: AsyncSession, listener: RevocationListener, ctx: WorkspaceContext, host_id: str
 ) -> Host:
     """Revoke a host everywhere: its agent token stops working once this returns.
 
@@ -152,5 +149,5 @@ async def revoke_host(
     key = (host.workspace_id, host.id)
     await session.execute(select(func.pg_notify(REVOKE_CHANNEL, revocation_payload(*key))))
     await session.commit()
-    runtime.announce_revocation(*key)
+    listener.announce_revocation(*key)
     return host

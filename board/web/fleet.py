@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut
 from board.rollups.crediting import billed_users, compute_holders
 
 CARD_STATES = ("active", "idle_held", "idle", "not_observed")
@@ -57,12 +58,12 @@ class Card:
 
 @dataclass(frozen=True)
 class HostCards:
-    host: dict[str, Any]
+    host: HostOut
     cards: list[Card]
 
     @property
     def host_id(self) -> str:
-        return str(self.host["hostId"])
+        return self.host.host_id
 
 
 @dataclass
@@ -76,8 +77,8 @@ class Fleet:
             "hosts": [
                 {
                     "hostId": h.host_id,
-                    "displayName": h.host["displayName"],
-                    "freshness": h.host["freshness"],
+                    "displayName": h.host.display_name,
+                    "freshness": h.host.freshness,
                     "gpus": [c.as_json() for c in h.cards],
                 }
                 for h in self.hosts
@@ -85,52 +86,47 @@ class Fleet:
         }
 
 
-def card_of(host: dict[str, Any], gpu: dict[str, Any]) -> Card:
-    processes = gpu.get("processes")
+def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut) -> Card:
+    processes = gpu.processes
     # Who is billed, as the reports show it: a held card naming no compute process
     # (an unreadable process list) is held by `unknown`, not by nobody.
     holders = (
-        billed_users(
-            str(gpu["usageState"]),
-            compute_holders((p["linuxUser"], p.get("type")) for p in processes),
-        )
+        billed_users(gpu.usage_state, compute_holders((p.linux_user, p.type) for p in processes))
         if processes is not None
         else None
     )
-    state = gpu["usageState"] if host["freshness"] in FRESH else "not_observed"
+    state = gpu.usage_state if host.freshness in FRESH else "not_observed"
     return Card(
-        host_id=str(host["hostId"]),
-        uuid=str(gpu["uuid"]),
-        index=int(gpu["index"]),
-        name=str(gpu["name"]),
-        state=state if state in CARD_STATES else "not_observed",
-        util_pct=gpu.get("utilPct"),
-        memory_used_mb=gpu.get("memoryUsedMb"),
-        memory_total_mb=gpu.get("memoryTotalMb"),
-        temperature_c=gpu.get("temperatureC"),
-        power_w=gpu.get("powerW"),
+        host_id=host.host_id,
+        uuid=gpu.uuid,
+        index=gpu.index,
+        name=gpu.name,
+        state=state,
+        util_pct=gpu.util_pct,
+        memory_used_mb=gpu.memory_used_mb,
+        memory_total_mb=gpu.memory_total_mb,
+        temperature_c=gpu.temperature_c,
+        power_w=gpu.power_w,
         holders=holders,
-        process_count=len(processes) if processes is not None else int(gpu.get("processCount", 0)),
+        process_count=gpu.process_count,
         derived=_derived(host, gpu, state),
     )
 
 
-def _derived(host: dict[str, Any], gpu: dict[str, Any], state: str) -> str | None:
-    if state == "not_observed" or gpu.get("reportedUsageState", "") is not None:
+def _derived(host: HostOut, gpu: GpuOut | GpuProcessCountOut, state: str) -> str | None:
+    if state == "not_observed" or gpu.reported_usage_state is not None:
         return None
-    if host.get("collectionStatus") == "partial" and not (
-        gpu.get("processes") or gpu.get("processCount")
-    ):
+    if host.collection_status == "partial" and not gpu.process_count:
         return "Process list unavailable: state derived"
     return "State derived by the board"
 
 
-def host_cards(host: dict[str, Any]) -> HostCards:
-    cards = sorted((card_of(host, g) for g in host["gpus"]), key=lambda c: (c.index, c.uuid))
+def host_cards(host: HostOut) -> HostCards:
+    cards = sorted((card_of(host, g) for g in host.gpus), key=lambda c: (c.index, c.uuid))
     return HostCards(host=host, cards=cards)
 
 
-def build_fleet(hosts: list[dict[str, Any]], state: str = "", host_id: str = "") -> Fleet:
+def build_fleet(hosts: list[HostOut], state: str = "", host_id: str = "") -> Fleet:
     """Counts over the whole fleet; the host list narrowed to the filters."""
     everything = [host_cards(h) for h in hosts]
     counts = dict.fromkeys(CARD_STATES, 0)

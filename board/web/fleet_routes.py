@@ -9,13 +9,14 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from board.hosts import service as hosts
+from board.hosts.models import Host
 from board.reports import service as reports
 from board.reports.params import parse_window
 from board.runtime import RuntimeDep, SessionDep
-from board.stream.routes import sse_response
+from board.stream.sse import sse_response
 from board.web.charts import percent_chart
-from board.web.deps import Page, PageDep, report_connection
-from board.web.fleet import CARD_STATES, build_fleet, host_cards
+from board.web.deps import MemberPageDep, Page, PageDep, report_connection
+from board.web.fleet import CARD_STATES, Fleet, build_fleet, host_cards
 from board.web.render import PageRoute, finish, render, templates
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
@@ -34,7 +35,7 @@ def _fragments(names: dict[str, str], context: dict[str, Any]) -> dict[str, str]
 
 async def _fleet_context(
     page: Page, db: SessionDep, state: str, host: str
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Fleet]:
     state, host = _filters(state, host)
     all_hosts = await hosts.list_hosts(db, page.ctx)
     fleet = build_fleet(all_hosts, state, host)
@@ -45,9 +46,7 @@ async def _fleet_context(
         "host": host,
         "filtered": bool(state or host),
         "now": datetime.now(UTC),
-        "host_options": [
-            {"hostId": h["hostId"], "displayName": h["displayName"]} for h in all_hosts
-        ],
+        "host_options": all_hosts,
     }
     return context, fleet
 
@@ -83,26 +82,24 @@ async def fleet_json(
     return finish(request, JSONResponse(body))
 
 
-async def _host_context(page: Page, db: SessionDep, host_id: str) -> dict[str, Any]:
-    host = await hosts.get_host(db, page.ctx, host_id)
+async def _host_context(page: Page, db: SessionDep, row: Host) -> dict[str, Any]:
+    host = await hosts.view_of(db, page.ctx, row)
     return {"page": page, "host": host, "view": host_cards(host), "now": datetime.now(UTC)}
 
 
-async def _history(db: SessionDep, page: Page, host_id: str) -> dict[str, Any]:
+async def _history(db: SessionDep, page: Page, host_key: int) -> dict[str, Any]:
     """Hourly utilization and memory of this host's GPUs, from the utilization report
     narrowed to the host (not the whole fleet's report, filtered)."""
-    host = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
     now = datetime.now(UTC)
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = end - timedelta(hours=CHART_HOURS)
     window = parse_window(start.isoformat(), end.isoformat(), page.ctx.workspace.timezone)
     report = await reports.utilization_report(
-        await report_connection(db), page.ctx.workspace_id, window, "gpu", "hour", host.id
+        await report_connection(db), page.ctx.workspace_id, window, "gpu", "hour", host_key
     )
     util: dict[str, list[tuple[datetime, float | None]]] = {}
     memory: dict[str, list[tuple[datetime, float | None]]] = {}
-    rows = report.rows
-    for r in sorted(rows, key=lambda r: (r["gpuIndex"] or 0, r["bucketStart"])):
+    for r in sorted(report.rows, key=lambda r: (r["gpuIndex"] or 0, r["bucketStart"])):
         label = f"GPU {r['gpuIndex']}"
         at = datetime.fromisoformat(r["bucketStart"])
         util.setdefault(label, []).append((at, r["avgUtilPct"]))
@@ -111,7 +108,6 @@ async def _history(db: SessionDep, page: Page, host_id: str) -> dict[str, Any]:
     return {
         "util_chart": percent_chart("Utilization", local_start, local_end, util),
         "memory_chart": percent_chart("Memory used", local_start, local_end, memory),
-        "history_rows": rows,
         "tz": window.tz_name,
     }
 
@@ -119,11 +115,12 @@ async def _history(db: SessionDep, page: Page, host_id: str) -> dict[str, Any]:
 # Declared before /hosts/{host_id}, which would otherwise take "….json" as an id.
 @router.get("/hosts/{host_id}.json")
 async def host_json(request: Request, host_id: str, page: PageDep, db: SessionDep) -> Response:
-    context = await _host_context(page, db, host_id)
+    row = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
+    context = await _host_context(page, db, row)
     view = context["view"]
     body = {
         "generatedAt": context["now"].isoformat(),
-        "host": {k: v for k, v in context["host"].items() if k != "gpus"},
+        "host": context["host"].model_dump(mode="json", exclude={"gpus"}),
         "gpus": [c.as_json() | {"memoryPct": c.memory_pct} for c in view.cards],
         "fragments": _fragments(
             {
@@ -140,18 +137,20 @@ async def host_json(request: Request, host_id: str, page: PageDep, db: SessionDe
 
 @router.get("/hosts/{host_id}")
 async def host_page(request: Request, host_id: str, page: PageDep, db: SessionDep) -> Response:
-    context = await _host_context(page, db, host_id)
-    context.update(await _history(db, page, context["host"]["hostId"]))
+    row = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
+    context = await _host_context(page, db, row)
+    context.update(await _history(db, page, row.id))
     context.update(nav="fleet", refresh_seconds=REFRESH_SECONDS, chart_hours=CHART_HOURS)
     return render(request, "host.html", context)
 
 
 @router.get("/hosts/{host_id}/stream")
 async def host_stream(
-    request: Request, host_id: str, page: PageDep, db: SessionDep, runtime: RuntimeDep
+    request: Request, host_id: str, page: MemberPageDep, db: SessionDep, runtime: RuntimeDep
 ) -> Response:
-    """The host's live utilization (agents 1.6+ stream it) as Server-Sent Events."""
-    page.ctx.require("admin", "member")  # as the REST stream: live graphs are not finance's
+    """The host's live utilization (agents 1.6+ stream it) as Server-Sent Events.
+
+    Members and admins only, as the REST stream: live graphs are not finance's."""
     host = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
     # A page may listen for hours: give the database connection back first.
     await db.commit()

@@ -1,0 +1,107 @@
+"""The hosts as the API shows them (`GET …/hosts`, `…/hosts/{hostId}`, `…/revoke`).
+
+Attributes are snake_case (templates read `host.display_name`); the JSON keys are their
+camelCase aliases, in declaration order: the field order here is the wire order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, PlainSerializer
+from pydantic.alias_generators import to_camel
+
+# Python's isoformat ("+00:00"), as the API has always written times; pydantic's own
+# datetime serialization would write "Z".
+IsoTime = Annotated[datetime, PlainSerializer(datetime.isoformat, return_type=str)]
+
+Freshness = Literal["never", "ok", "partial", "error", "stale"]
+CollectionStatus = Literal["ok", "partial", "error"]
+UsageState = Literal["active", "idle_held", "idle"]
+
+
+class ReadModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        frozen=True,
+    )
+
+
+class ProcessOut(ReadModel):
+    pid: int
+    linux_user: str
+    name: str
+    type: str
+    # null when the driver could not say (agents 1.8+ may send null).
+    memory_used_mb: int | None
+
+
+class _GpuFields(ReadModel):
+    uuid: str
+    index: int
+    name: str
+    # The counted state (what the rollups credit); the board derives it when the agent
+    # sent none, and then reportedUsageState is null.
+    usage_state: UsageState
+    reported_usage_state: UsageState | None
+    util_pct: int | None
+    memory_used_mb: int | None
+    memory_total_mb: int | None
+    temperature_c: int | None
+    power_w: int | None
+
+
+class GpuOut(_GpuFields):
+    """A GPU with its processes, as admins and members see it."""
+
+    processes: list[ProcessOut]
+
+    @property
+    def process_count(self) -> int:
+        return len(self.processes)
+
+
+class GpuProcessCountOut(_GpuFields):
+    """A GPU as a role that may not see processes (finance) sees it: their number only."""
+
+    processes: None = None
+    process_count: int
+
+
+class RejectedPushOut(ReadModel):
+    """Pushes refused for one reason in the last 24 hours, with the newest detail."""
+
+    reason: str
+    count: int
+    last_at: IsoTime
+    last_detail: str
+
+
+class HostOut(ReadModel):
+    host_id: str
+    display_name: str
+    hostname: str | None
+    freshness: Freshness
+    last_seen_at: IsoTime | None
+    last_received_at: IsoTime | None
+    collection_status: CollectionStatus | None
+    errors: list[str]
+    agent_version: str | None
+    driver_version: str | None
+    token_prefix: str
+    enrolled_at: IsoTime
+    revoked_at: IsoTime | None
+    rejected_pushes: list[RejectedPushOut]
+    gpus: list[GpuOut | GpuProcessCountOut]
+
+
+class HostListOut(ReadModel):
+    hosts: list[HostOut]
+
+
+class RevokedHostOut(ReadModel):
+    host_id: str
+    revoked_at: IsoTime | None
