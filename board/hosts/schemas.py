@@ -9,12 +9,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer
+from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 # Python's isoformat ("+00:00"), as the API has always written times; pydantic's own
 # datetime serialization would write "Z".
-IsoTime = Annotated[datetime, PlainSerializer(datetime.isoformat, return_type=str)]
+IsoTime = Annotated[
+    datetime,
+    PlainSerializer(datetime.isoformat, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 
 Freshness = Literal["never", "ok", "partial", "error", "stale"]
 CollectionStatus = Literal["ok", "partial", "error"]
@@ -27,6 +31,8 @@ class ReadModel(BaseModel):
         validate_by_name=True,
         serialize_by_alias=True,
         frozen=True,
+        # /docs lists a field with a default (processes: null) as always present, as it is.
+        json_schema_serialization_defaults_required=True,
     )
 
 
