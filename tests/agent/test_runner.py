@@ -149,6 +149,7 @@ def test_fastest_interval_sends_every_tick(board: FakeBoard, tmp_path: Path) -> 
         runner = Runner(FakeCollector("fast"), sender, HostIdentity("fast", "0"), interval=0.2)
         started = time.monotonic()
         runner.run(max_ticks=6)
-    assert 1.0 <= time.monotonic() - started < 1.6
+    # Never faster than the interval; the upper bound only says it did not wait for long.
+    assert 1.0 <= time.monotonic() - started < 10
     assert len(board.observed_at(status=202)) == 6
     assert len(sender.spool) == 0

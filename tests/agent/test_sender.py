@@ -92,7 +92,8 @@ def test_5xx_past_budget_spooled(board: FakeBoard, make_sender) -> None:
     sender = make_sender()
     started = time.monotonic()
     assert sender.deliver(snapshot(0), budget(0.5)) == "spooled"
-    assert time.monotonic() - started < 1.0
+    # Bounded by the budget, not retrying for ever (generous: a loaded machine is slow).
+    assert time.monotonic() - started < 5.0
     assert len(board.observations()) >= 2  # retried inside the tick
     assert [e.observed_at.isoformat() for e in sender.spool.entries()] == [at(0)]
 
@@ -123,20 +124,20 @@ def test_retry_after_past_budget_spools_and_holds_off_next_ticks(
 
 
 def test_hung_connection_times_out_and_spools(board: FakeBoard, make_sender) -> None:
-    board.answer(Reply(503, hang=10))
+    board.answer(Reply(503, hang=30))
     sender = make_sender(read=0.3, base=5, cap=5)
     started = time.monotonic()
     assert sender.deliver(snapshot(0), budget(1.0)) == "spooled"
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 15  # far less than the 30 s hang
     assert len(sender.spool) == 1
 
 
 def test_request_timeout_bounded_by_tick_budget(board: FakeBoard, make_sender) -> None:
-    board.answer(Reply(503, hang=10))
-    sender = make_sender(read=30)
+    board.answer(Reply(503, hang=30))
+    sender = make_sender(read=60)
     started = time.monotonic()
     assert sender.deliver(snapshot(0), budget(0.5)) == "spooled"
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 15  # the budget, not the 60 s read timeout
 
 
 def test_dropped_connection_is_retried(board: FakeBoard, make_sender) -> None:
@@ -245,10 +246,10 @@ def test_drain_bounded_by_deadline(board: FakeBoard, make_sender) -> None:
     sender = make_sender()
     for n in range(50):
         sender.spool.put(snapshot(n))
-    board.default = Reply(202, {}, hang=0.05)
+    board.default = Reply(202, {}, hang=0.3)
     started = time.monotonic()
     sender.deliver(snapshot(99), budget(0.6))
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 10  # draining all 50 would take over 15 s
     left = len(sender.spool)
     assert 0 < left < 50
     remaining = [e.observed_at.isoformat() for e in sender.spool.entries()]
