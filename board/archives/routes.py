@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse
 
 from board.archives import service
+from board.archives.schemas import ArchiveListOut, HostArchivesOut, PruneOut, UploadOut
 from board.archives.worker import Archives
-from board.auth.deps import WorkspaceDep
+from board.auth.deps import ReaderDep
+from board.db.deps import SessionDep
 from board.errors import DomainError, ServiceUnavailable
 from board.hosts.rejections import record_rejection
-from board.ingest.routes import read_body
-from board.runtime import Runtime, RuntimeDep, SessionDep
+from board.httpserver import read_body
+from board.runtime import Runtime, RuntimeDep
 
 agent_router = APIRouter(prefix="/agent/v1/archives", tags=["agent"])
 api_router = APIRouter(
@@ -22,7 +23,8 @@ api_router = APIRouter(
 )
 
 
-def get_archives(runtime: RuntimeDep) -> Archives:
+async def get_archives(runtime: RuntimeDep) -> Archives:
+    # async: a plain def dependency would run in the threadpool on every call
     if runtime.archives is None:
         raise ServiceUnavailable("Archives are not available on this board process.")
     return runtime.archives
@@ -55,10 +57,10 @@ async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainErr
 @agent_router.get("")
 async def list_archives(
     runtime: RuntimeDep, session: SessionDep, authorization: Authorization = None
-) -> dict[str, Any]:
+) -> ArchiveListOut:
     workspace_id, host_id = await _agent(runtime, authorization)
     objects = await service.list_archives(session, workspace_id, host_id)
-    return {"archives": [service.object_view(o) for o in objects]}
+    return ArchiveListOut(archives=[service.object_view(o) for o in objects])
 
 
 @agent_router.post("", status_code=201)
@@ -70,7 +72,7 @@ async def upload_archive(
     date: Annotated[str | None, Query()] = None,
     table: Annotated[str | None, Query()] = None,
     authorization: Authorization = None,
-) -> JSONResponse:
+) -> UploadOut:
     principal = await _agent(runtime, authorization)
     try:
         target = service.parse_target(table, date, datetime.now(UTC), runtime.settings)
@@ -83,7 +85,7 @@ async def upload_archive(
         raise
     await session.commit()  # the worker must see the object when it wakes
     archives.kick()
-    return JSONResponse(result, status_code=201)
+    return result
 
 
 @agent_router.delete("")
@@ -93,16 +95,17 @@ async def prune_archives(
     archives: ArchivesDep,
     olderThanDays: Annotated[str | None, Query()] = None,  # the agent's spelling
     authorization: Authorization = None,
-) -> dict[str, Any]:
+) -> PruneOut:
     principal = await _agent(runtime, authorization)
     days = service.parse_older_than_days(olderThanDays)
     keys = await service.prune(session, principal, days, datetime.now(UTC))
     await session.commit()  # objects go only once nothing points at them
     for key in keys:
         await archives.store.delete(key)
-    return {"deleted": len(keys)}
+    return PruneOut(deleted=len(keys))
 
 
 @api_router.get("")
-async def host_archives(host_id: str, ctx: WorkspaceDep, session: SessionDep) -> dict[str, Any]:
-    return await service.host_archives(session, ctx, host_id)
+async def host_archives(host_id: str, ctx: ReaderDep, session: SessionDep) -> HostArchivesOut:
+    """Any role may read it, as the host inventory: it holds no process details."""
+    return await service.host_archives(session, ctx.workspace_id, host_id)

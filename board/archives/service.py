@@ -14,7 +14,6 @@ import re
 import threading
 import weakref
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
@@ -22,8 +21,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.archives.csvfile import TABLES, BadArchive, Checked, Limits, validate
 from board.archives.models import FULL, ArchiveBackfill, ArchiveObject
+from board.archives.schemas import (
+    ArchiveOut,
+    BackfillOut,
+    BackfillStatus,
+    HostArchivesOut,
+    UploadOut,
+)
 from board.archives.storage import ArchiveStore, object_key
-from board.auth.deps import WorkspaceContext
 from board.errors import BadRequest, PayloadTooLarge, Unprocessable
 from board.hosts.service import get_host_row
 from board.settings import Settings
@@ -101,7 +106,9 @@ def parse_older_than_days(text: str | None) -> int:
     return int(significant)
 
 
-async def list_archives(session: AsyncSession, workspace_id: int, host_id: int) -> list[Any]:
+async def list_archives(
+    session: AsyncSession, workspace_id: int, host_id: int
+) -> list[ArchiveObject]:
     return list(
         (
             await session.scalars(
@@ -113,14 +120,14 @@ async def list_archives(session: AsyncSession, workspace_id: int, host_id: int) 
     )
 
 
-def object_view(obj: ArchiveObject) -> dict[str, Any]:
-    return {
-        "date": obj.day,
-        "table": obj.table_name,
-        "sizeBytes": obj.size_bytes,
-        "rows": obj.row_count,
-        "uploadedAt": obj.uploaded_at.isoformat(),
-    }
+def object_view(obj: ArchiveObject) -> ArchiveOut:
+    return ArchiveOut(
+        date=obj.day,
+        table=obj.table_name,
+        size_bytes=obj.size_bytes,
+        rows=obj.row_count,
+        uploaded_at=obj.uploaded_at,
+    )
 
 
 async def store_archive(
@@ -130,7 +137,7 @@ async def store_archive(
     principal: tuple[int, int],
     target: tuple[str, str, date | None],
     data: bytes,
-) -> dict[str, Any]:
+) -> UploadOut:
     """Validate, store (replacing an earlier upload) and index one object."""
     workspace_id, host_id = principal
     table, day_text, day = target
@@ -167,18 +174,12 @@ async def store_archive(
             set_={k: upsert.excluded[k] for k in values if k not in ("table_name", "day")},
         )
     )
-    backfill: str | None = None
+    backfill: BackfillStatus | None = None
     if day is not None:
         backfill = await request_backfill(session, workspace_id, host_id, day)
     elif table == "gpu_device":
         await release_waiting(session, workspace_id, host_id)
-    return {
-        "date": day_text,
-        "table": table,
-        "rows": rows,
-        "sizeBytes": len(data),
-        "backfill": backfill,
-    }
+    return UploadOut(date=day_text, table=table, rows=rows, size_bytes=len(data), backfill=backfill)
 
 
 async def check_upload(
@@ -215,7 +216,7 @@ def validation_gate() -> asyncio.Semaphore:
 
 async def request_backfill(
     session: AsyncSession, workspace_id: int, host_id: int, day: date
-) -> str:
+) -> BackfillStatus:
     """Queue (or re-queue) a day once both of its objects are stored; its new status."""
     have = set(
         (
@@ -251,7 +252,8 @@ async def request_backfill(
         ),
         {"w": workspace_id, "h": host_id, "day": day, "status": status, "reason": reason},
     )
-    return str(row.scalar_one())
+    status_now: BackfillStatus = row.scalar_one()  # the table's check holds it to these
+    return status_now
 
 
 async def release_waiting(session: AsyncSession, workspace_id: int, host_id: int) -> None:
@@ -314,45 +316,40 @@ async def prune(
     return list(keys)
 
 
-def backfill_view(job: ArchiveBackfill) -> dict[str, Any]:
-    def iso(at: datetime | None) -> str | None:
-        return at.isoformat() if at else None
-
-    return {
-        "date": job.day.isoformat(),
-        "status": job.status,
-        "reason": job.reason,
-        "rowsRead": job.rows_read,
-        "ticks": job.ticks,
-        "added": job.added,
-        "skipped": job.skipped,
-        "skippedReasons": dict(job.skipped_reasons or {}),
-        "errors": job.errors,
-        "errorSamples": list(job.error_samples or []),
-        "attempts": job.attempts,
-        "requestedAt": iso(job.requested_at),
-        "startedAt": iso(job.started_at),
-        "finishedAt": iso(job.finished_at),
-    }
+def backfill_view(job: ArchiveBackfill) -> BackfillOut:
+    return BackfillOut(
+        date=job.day.isoformat(),
+        status=job.status,
+        reason=job.reason,
+        rows_read=job.rows_read,
+        ticks=job.ticks,
+        added=job.added,
+        skipped=job.skipped,
+        skipped_reasons=dict(job.skipped_reasons or {}),
+        errors=job.errors,
+        error_samples=list(job.error_samples or []),
+        attempts=job.attempts,
+        requested_at=job.requested_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+    )
 
 
 async def host_archives(
-    session: AsyncSession, ctx: WorkspaceContext, public_host_id: str
-) -> dict[str, Any]:
+    session: AsyncSession, workspace_id: int, public_host_id: str
+) -> HostArchivesOut:
     """What a host has uploaded and how each day's back-fill went."""
-    host = await get_host_row(session, ctx.workspace_id, public_host_id)
-    objects = await list_archives(session, ctx.workspace_id, host.id)
+    host = await get_host_row(session, workspace_id, public_host_id)
+    objects = await list_archives(session, workspace_id, host.id)
     jobs = (
         await session.scalars(
             select(ArchiveBackfill)
-            .where(
-                ArchiveBackfill.workspace_id == ctx.workspace_id, ArchiveBackfill.host_id == host.id
-            )
+            .where(ArchiveBackfill.workspace_id == workspace_id, ArchiveBackfill.host_id == host.id)
             .order_by(ArchiveBackfill.day)
         )
     ).all()
-    return {
-        "hostId": public_host_id,
-        "archives": [object_view(o) for o in objects],
-        "backfills": [backfill_view(j) for j in jobs],
-    }
+    return HostArchivesOut(
+        host_id=public_host_id,
+        archives=[object_view(o) for o in objects],
+        backfills=[backfill_view(j) for j in jobs],
+    )

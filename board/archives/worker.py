@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from psycopg_pool import AsyncConnectionPool
+
 from board.archives.backfill import (
     OVER_GPU_LIMIT,
     Converter,
@@ -33,10 +35,11 @@ from board.archives.storage import ArchiveStore, make_store, open_object
 from board.errors import DomainError
 from board.ingest.store import Outcome
 from board.rollups.crediting import to_us
+from board.settings import Settings
 
 if TYPE_CHECKING:
     from board.ingest.normalize import Observation
-    from board.runtime import Runtime
+    from board.ingest.writer import IngestWriter
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +60,30 @@ class JobFailed(Exception):
 
 
 class Archives:
-    """The process's archive store and back-fill worker."""
+    """The process's archive store and back-fill worker.
 
-    def __init__(self, runtime: Runtime, store: ArchiveStore | None = None) -> None:
-        self.runtime = runtime
-        self.store = store or make_store(runtime.settings)
+    It takes the process's parts it uses, not the process's runtime (which builds it):
+    the raw pool for its own statements, the ingest writer that stores back-filled ticks
+    exactly as live pushes, and the settings.
+    """
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        settings: Settings | None = None,
+        writer: IngestWriter | None = None,
+        store: ArchiveStore | None = None,
+    ) -> None:
+        # TRANSITION (issue 13): board/app.py still calls Archives(runtime); once it passes
+        # (runtime.pool, runtime.settings, runtime.writer), these lines and the `None`
+        # defaults go.
+        if settings is None or writer is None:
+            runtime: Any = pool
+            pool, settings, writer = runtime.pool, runtime.settings, runtime.writer
+        self.pool = pool
+        self.settings = settings
+        self.writer = writer
+        self.store = store or make_store(settings)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -80,7 +102,7 @@ class Archives:
         self._wake.set()
 
     async def _loop(self) -> None:
-        poll = self.runtime.settings.backfill_poll_seconds
+        poll = self.settings.backfill_poll_seconds
         while True:
             self._wake.clear()
             try:
@@ -99,7 +121,7 @@ class Archives:
                     await self._wake.wait()
 
     async def _execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        async with self.runtime.pool.connection() as conn:
+        async with self.pool.connection() as conn:
             cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 
@@ -157,7 +179,7 @@ class Archives:
             await self._finish(job, progress, "done", None)
 
     async def _backfill(self, job: Job, progress: Progress) -> None:
-        settings = self.runtime.settings
+        settings = self.settings
         keys = {
             (table, day): key
             for table, day, key in await self._execute(
@@ -232,7 +254,7 @@ class Archives:
     async def _store_chunk(self, chunk: list[Observation], progress: Progress) -> None:
         """Write a chunk through the live path's writer; count what became of each tick."""
         outcomes = await asyncio.gather(
-            *(self.runtime.writer.submit(o) for o in chunk), return_exceptions=True
+            *(self.writer.submit(o) for o in chunk), return_exceptions=True
         )
         failure: BaseException | None = None
         for observation, outcome in zip(chunk, outcomes, strict=True):

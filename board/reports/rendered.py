@@ -24,6 +24,7 @@ from board.reports import repository as repo
 from board.reports import service
 from board.reports.csv import LINE_END, csv_cells
 from board.reports.params import Window
+from board.reports.schemas import ReportCoverage, UtilizationHead
 
 # Row fields after the key fields, in board-api.md's order, with their figure columns.
 _FIELDS = (
@@ -128,19 +129,19 @@ class RenderedReport:
     """A utilization report whose rows are text already: one block of rows per GPU or
     host, in row order, each row with its key fields."""
 
-    head: dict[str, Any]
+    head: UtilizationHead
     columns: tuple[str, ...]
     fmt: str
     blocks: list[bytes]
-    coverage: dict[str, Any]
+    coverage: ReportCoverage
 
     def body(self) -> bytes:
         """The whole body, copied once: a 90-day per-GPU report is 27 MiB of JSON, and
         each copy of it costs ~10 ms."""
         if self.fmt == "json":
-            first = orjson.dumps(self.head)[:-1] + b',"rows":['
+            first = orjson.dumps(self.head.model_dump())[:-1] + b',"rows":['
             separator = b","
-            last = b'],"coverage":' + orjson.dumps(self.coverage) + b"}"
+            last = b'],"coverage":' + orjson.dumps(self.coverage.model_dump()) + b"}"
         else:
             first = (csv_cells(self.columns) + LINE_END).encode()
             separator = LINE_END.encode()

@@ -20,6 +20,12 @@ import psycopg
 from board.errors import Unprocessable
 from board.reports import repository as repo
 from board.reports.params import HOUR, Window, require_whole_hour_days
+from board.reports.schemas import (
+    ReportCoverage,
+    UsageHead,
+    UsageTotals,
+    UtilizationHead,
+)
 from board.rollups.crediting import HOUR_US
 
 # Key fields each grouping puts on a row, and the SQL columns they come from.
@@ -61,28 +67,52 @@ def ratio(part: float, whole: float) -> float | None:
 
 
 @dataclass
-class Report:
-    """A report's rows as the JSON objects (keys in `columns` order, which the CSV
-    header follows), plus the fields around them."""
+class UsageReport:
+    """The usage report: its envelope typed, its rows as the JSON objects (keys in
+    `columns` order, which the CSV header follows)."""
 
-    head: dict[str, Any]
+    head: UsageHead
     columns: tuple[str, ...]
+    # Plain dicts, as they are sent: a row model per row would cost more than the query.
     rows: list[dict[str, Any]]
-    coverage: dict[str, Any]
-    totals: dict[str, Any] | None = None
+    totals: UsageTotals
+    coverage: ReportCoverage
 
     def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = dict(self.head)
+        """The body as a JSON object (schemas.UsageReportOut)."""
+        body = self.head.model_dump()
         body["rows"] = self.rows
-        if self.totals is not None:
-            body["totals"] = self.totals
-        body["coverage"] = self.coverage
+        body["totals"] = self.totals.model_dump()
+        body["coverage"] = self.coverage.model_dump()
         return body
 
     def to_json(self) -> bytes:
-        """The JSON body. orjson: a 90-day per-GPU utilization report is 90,000 rows
-        (27 MiB), which the standard library took ~300 ms to encode, orjson ~40 ms."""
+        """The JSON body. orjson: the standard library took several times longer to
+        encode a large report."""
         return orjson.dumps(self.as_json())
+
+
+@dataclass
+class UtilizationReport:
+    """The utilization report with its rows as dicts, for the pages (the API sends the
+    same rows written by PostgreSQL: board.reports.rendered)."""
+
+    head: UtilizationHead
+    columns: tuple[str, ...]
+    # Plain dicts: up to 90,000 rows, each built once from its block's key fields.
+    rows: list[dict[str, Any]]
+    coverage: ReportCoverage
+
+    def as_json(self) -> dict[str, Any]:
+        """The body as a JSON object (schemas.UtilizationReportOut)."""
+        body = self.head.model_dump()
+        body["rows"] = self.rows
+        body["coverage"] = self.coverage.model_dump()
+        return body
+
+
+# What the CSV writer takes: any report with columns and rows.
+Report = UsageReport | UtilizationReport
 
 
 async def _scope(
@@ -113,16 +143,16 @@ def _unique(items: Sequence[str]) -> tuple[str, ...]:
 
 async def report_coverage(
     conn: psycopg.AsyncConnection[Any], scope: repo.Scope, window: Window
-) -> dict[str, Any]:
+) -> ReportCoverage:
     first, last, covered = await repo.coverage(conn, scope)
     latest = None
     if last is not None:
         latest = min(last + HOUR, datetime.now(UTC))
-    return {
-        "earliestDataAt": window.local(first).isoformat() if first is not None else None,
-        "latestDataAt": window.local(latest).isoformat() if latest is not None else None,
-        "coveredGpuHours": hours(covered),
-    }
+    return ReportCoverage(
+        earliest_data_at=window.local(first) if first is not None else None,
+        latest_data_at=window.local(latest) if latest is not None else None,
+        covered_gpu_hours=hours(covered),
+    )
 
 
 class _Names:
@@ -196,7 +226,7 @@ async def usage_report(
     workspace_id: int,
     window: Window,
     keys: tuple[str, ...],
-) -> Report:
+) -> UsageReport:
     """GPU-hours held per Linux user, host, GPU or day (or a pair), split active/idle-held."""
     if "day" in keys:
         require_whole_hour_days(window)
@@ -226,22 +256,22 @@ async def usage_report(
 
     held_total = sum(f[0] for f in figures.values())
     idle_total = sum(f[2] for f in figures.values())
-    totals = {
-        "heldGpuHours": hours(held_total),
-        "activeGpuHours": hours(sum(f[1] for f in figures.values())),
-        "idleHeldGpuHours": hours(idle_total),
-        "idleHeldShare": ratio(idle_total, held_total),
-    }
-    head = {
-        "from": window.local(window.start).isoformat(),
-        "to": window.local(window.end).isoformat(),
-        "groupBy": ",".join(keys),
-        "tz": window.tz_name,
-    }
+    totals = UsageTotals(
+        held_gpu_hours=hours(held_total),
+        active_gpu_hours=hours(sum(f[1] for f in figures.values())),
+        idle_held_gpu_hours=hours(idle_total),
+        idle_held_share=ratio(idle_total, held_total),
+    )
+    head = UsageHead(
+        from_=window.local(window.start),
+        to=window.local(window.end),
+        group_by=",".join(keys),
+        tz=window.tz_name,
+    )
     key_fields = _unique([f for k in keys for f in KEY_FIELDS[k]])
     columns = key_fields + USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ())
     rows = [dict(zip(columns, row, strict=True)) for row in ordered]
-    return Report(head, columns, rows, coverage, totals)
+    return UsageReport(head, columns, rows, totals, coverage)
 
 
 async def utilization_scope(
@@ -261,7 +291,8 @@ async def utilization_scope(
 async def ordered_keys(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, group: str, ids: set[int]
 ) -> list[tuple[int, dict[str, Any]]]:
-    """Each GPU's (or host's) id and key fields, in name order."""
+    """Each GPU's (or host's) id and key fields, in name order (a plain dict: they are
+    the front of every row of the block)."""
     gpus = await repo.gpu_names(conn, workspace_id, ids) if group == "gpu" else {}
     host_ids = {g.host_id for g in gpus.values()} if group == "gpu" else ids
     names = _Names(await repo.host_names(conn, workspace_id, host_ids), gpus)
@@ -278,14 +309,14 @@ async def ordered_keys(
     return [(key, fields) for _, key, fields in keyed]
 
 
-def utilization_head(window: Window, group: str, bucket: str) -> dict[str, Any]:
-    return {
-        "from": window.local(window.start).isoformat(),
-        "to": window.local(window.end).isoformat(),
-        "groupBy": group,
-        "bucket": bucket,
-        "tz": window.tz_name,
-    }
+def utilization_head(window: Window, group: str, bucket: str) -> UtilizationHead:
+    return UtilizationHead(
+        from_=window.local(window.start),
+        to=window.local(window.end),
+        group_by=group,
+        bucket=bucket,
+        tz=window.tz_name,
+    )
 
 
 async def utilization_report(
@@ -295,7 +326,7 @@ async def utilization_report(
     group: str,
     bucket: str,
     host_id: int | None = None,
-) -> Report:
+) -> UtilizationReport:
     """Per host or GPU and hour or day: time in each state, mean utilization and memory.
 
     The rows as dicts, for the pages; the API sends the same rows written by
@@ -328,4 +359,4 @@ async def utilization_report(
                 }
             )
     head = utilization_head(window, group, bucket)
-    return Report(head, KEY_FIELDS[group] + UTILIZATION_FIGURES, rows, coverage)
+    return UtilizationReport(head, KEY_FIELDS[group] + UTILIZATION_FIGURES, rows, coverage)

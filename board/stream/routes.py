@@ -1,24 +1,28 @@
-"""WS /agent/v1/stream (agents in) and the browsers' Server-Sent Events (samples out)."""
+"""WS /agent/v1/stream (agents in) and the browsers' Server-Sent Events (samples out).
+
+`sse_response` is imported here for the REST stream and stays importable from here
+for pages that have not moved to board.stream.sse yet."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import AsyncIterator
 from contextlib import suppress
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from board.auth.deps import WorkspaceDep
+from board.auth.deps import MemberDep
+from board.db.deps import SessionDep
 from board.errors import Unauthorized
 from board.ingest.access import AgentAccess, AgentHost, HostWatch
-from board.runtime import Runtime, RuntimeDep, SessionDep
-from board.stream.hub import Sample, StreamHub
+from board.runtime import Runtime, RuntimeDep
+from board.stream.hub import Sample
 from board.stream.messages import parse_util
+from board.stream.schemas import LatestSample, StreamLatest
+from board.stream.sse import sse_response
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,6 @@ MIN_SPACING_SECONDS = 0.2
 # socket looks its host up itself this often; with them, still this often as a backstop.
 FALLBACK_RECHECK_SECONDS = 5.0
 RECHECK_SECONDS = 60.0
-KEEPALIVE_SECONDS = 15.0
 
 
 async def _deny(websocket: WebSocket, detail: str) -> None:
@@ -130,66 +133,34 @@ async def agent_stream(websocket: WebSocket) -> None:
                 )
 
 
-def _sse(event: str, data: dict[str, Any]) -> str:
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-async def sse_events(
-    hub: StreamHub, workspace_id: int, host_id: str | None = None
-) -> AsyncIterator[str]:
-    """A workspace's stream as SSE: what the process kept, then live samples."""
-    with hub.subscribe(workspace_id, host_id) as sub:
-        yield _sse("hello", {"keepSeconds": hub.keep_seconds, "hostId": host_id})
-        replayed: dict[str, float] = {}
-        for sample in hub.recent(workspace_id, host_id):
-            replayed[sample.host_id] = sample.ts
-            yield _sse("util", sample.event())
-        while True:
-            try:
-                async with asyncio.timeout(KEEPALIVE_SECONDS):
-                    sample = await sub.get()
-            except TimeoutError:
-                yield ": keepalive\n\n"
-                continue
-            if sample.ts <= replayed.get(sample.host_id, float("-inf")):
-                continue  # already sent from the kept history
-            yield _sse("util", sample.event())
-
-
-def sse_response(
-    hub: StreamHub, workspace_id: int, host_id: str | None = None
-) -> StreamingResponse:
-    """The response any authenticated page can return (the web pages reuse it)."""
-    return StreamingResponse(
-        sse_events(hub, workspace_id, host_id),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-@api_router.get("")
+@api_router.get(
+    "",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+)
 async def workspace_stream(
-    ctx: WorkspaceDep,
+    ctx: MemberDep,
     session: SessionDep,
     runtime: RuntimeDep,
     hostId: Annotated[str | None, Query()] = None,  # the API's camelCase
 ) -> StreamingResponse:
     """Live utilization of the workspace's hosts (or one), as Server-Sent Events."""
-    ctx.require("admin", "member")
     # A browser may listen for hours: hold no database connection meanwhile.
     await session.commit()
     return sse_response(runtime.stream, ctx.workspace_id, hostId)
 
 
 @api_router.get("/latest")
-async def latest(ctx: WorkspaceDep, runtime: RuntimeDep) -> dict[str, Any]:
+async def latest(ctx: MemberDep, runtime: RuntimeDep) -> StreamLatest:
     """Which hosts streamed lately and their newest sample (else: use the snapshots)."""
-    ctx.require("admin", "member")
     newest: dict[str, Sample] = {}
     for sample in runtime.stream.recent(ctx.workspace_id):
         newest[sample.host_id] = sample
     now = time.monotonic()
-    return {
-        "keepSeconds": runtime.stream.keep_seconds,
-        "hosts": [{**s.event(), "secondsAgo": round(now - s.received, 3)} for s in newest.values()],
-    }
+    return StreamLatest(
+        keep_seconds=runtime.stream.keep_seconds,
+        hosts=[
+            LatestSample.model_validate({**s.event(), "secondsAgo": round(now - s.received, 3)})
+            for s in newest.values()
+        ],
+    )

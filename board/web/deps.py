@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-import psycopg
 from fastapi import Depends, Path, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import web_sessions
 from board.auth.deps import WorkspaceContext, member_context, memberships_of
 from board.auth.signin_limits import SignInLimits
+
+# The one helper lives in the db kit; kept importable here until fleet_routes imports it
+# from there.
+from board.db.connection import report_connection as report_connection
 from board.errors import Forbidden
 from board.runtime import RuntimeDep, SessionDep
 from board.web.sessions import CSRF_FIELD, WebSession, read_session
@@ -115,12 +117,3 @@ def signin_limits(runtime: RuntimeDep) -> SignInLimits:
 
 
 SignInLimitsDep = Annotated[SignInLimits, Depends(signin_limits)]
-
-
-async def report_connection(session: AsyncSession) -> psycopg.AsyncConnection[Any]:
-    """The request's own connection (and transaction), as psycopg for the report SQL."""
-    conn = await session.connection()
-    raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
-    assert isinstance(driver, psycopg.AsyncConnection)
-    return driver

@@ -1,0 +1,81 @@
+"""What the archive endpoints answer: the agent's list, upload and prune results, and
+the host's archive status with its back-fills (`GET …/hosts/{hostId}/archives`).
+
+Attributes are snake_case; the JSON keys are their camelCase aliases, in declaration
+order: the field order here is the wire order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, PlainSerializer
+from pydantic.alias_generators import to_camel
+
+# Python's isoformat ("+00:00"), as the board has always written times; pydantic's own
+# datetime serialization would write "Z".
+IsoTime = Annotated[datetime, PlainSerializer(datetime.isoformat, return_type=str)]
+
+BackfillStatus = Literal["waiting", "pending", "running", "done", "failed"]
+
+
+class ReadModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        frozen=True,
+    )
+
+
+class ArchiveOut(ReadModel):
+    """One stored object, named as the agent named it."""
+
+    date: str  # YYYY-MM-DD, or _full for a table archived whole
+    table: str
+    size_bytes: int
+    rows: int
+    uploaded_at: IsoTime
+
+
+class ArchiveListOut(ReadModel):
+    archives: list[ArchiveOut]
+
+
+class UploadOut(ReadModel):
+    date: str
+    table: str
+    rows: int
+    size_bytes: int
+    # The day's back-fill after this upload; null for a table archived whole.
+    backfill: BackfillStatus | None
+
+
+class PruneOut(ReadModel):
+    deleted: int
+
+
+class BackfillOut(ReadModel):
+    """How one day's back-fill went (or goes): ticks read, added, skipped and why."""
+
+    date: str
+    status: BackfillStatus
+    reason: str | None
+    rows_read: int
+    ticks: int
+    added: int
+    skipped: int
+    skipped_reasons: dict[str, int]
+    errors: int
+    error_samples: list[str]
+    attempts: int
+    requested_at: IsoTime
+    started_at: IsoTime | None
+    finished_at: IsoTime | None
+
+
+class HostArchivesOut(ReadModel):
+    host_id: str
+    archives: list[ArchiveOut]
+    backfills: list[BackfillOut]

@@ -1,0 +1,110 @@
+"""The reports as the API shows them (`GET …/reports/usage`, `…/reports/utilization`).
+
+Attributes are snake_case (the usage page reads `report.totals.held_gpu_hours`); the JSON
+keys are their camelCase aliases, in declaration order: the field order here is the wire
+order. The envelope is typed; the rows are built as plain dicts (service.py says why),
+so their models below only document them for `/docs`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic.alias_generators import to_camel
+
+# Python's isoformat (the report zone's offset, "+00:00" for UTC), as the reports have
+# always written times; pydantic's own datetime serialization would write "Z".
+IsoTime = Annotated[datetime, PlainSerializer(datetime.isoformat, return_type=str)]
+
+
+class ReadModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        frozen=True,
+    )
+
+
+class ReportCoverage(ReadModel):
+    """Which part of the window has data: the first and last hour seen, in the report's zone."""
+
+    earliest_data_at: IsoTime | None
+    latest_data_at: IsoTime | None
+    covered_gpu_hours: float
+
+
+class UsageTotals(ReadModel):
+    held_gpu_hours: float
+    active_gpu_hours: float
+    idle_held_gpu_hours: float
+    # null when nothing was held.
+    idle_held_share: float | None
+
+
+class UsageHead(ReadModel):
+    """The usage report's window and grouping, as it was read (times in its zone)."""
+
+    from_: IsoTime = Field(alias="from")
+    to: IsoTime
+    group_by: str
+    tz: str
+
+
+class UtilizationHead(ReadModel):
+    """The utilization report's window, grouping and bucket (times in its zone)."""
+
+    from_: IsoTime = Field(alias="from")
+    to: IsoTime
+    group_by: str
+    bucket: str
+    tz: str
+
+
+class UsageRow(ReadModel):
+    """One row: the key fields of its groupBy (only those), then its GPU-hours."""
+
+    user: str | None = None
+    host_id: str | None = None
+    display_name: str | None = None
+    gpu_uuid: str | None = None
+    gpu_index: int | None = None
+    gpu_name: str | None = None
+    day: str | None = None
+    held_gpu_hours: float
+    active_gpu_hours: float
+    idle_held_gpu_hours: float
+    idle_held_share: float | None
+    # Not with groupBy=user: a Linux user holds GPUs, covered time belongs to the GPU.
+    covered_gpu_hours: float | None = None
+
+
+class UsageReportOut(UsageHead):
+    rows: list[UsageRow]
+    totals: UsageTotals
+    coverage: ReportCoverage
+
+
+class UtilizationRow(ReadModel):
+    """One bucket of one host (hostId, displayName) or GPU (also gpuUuid, gpuIndex,
+    gpuName); null averages where nothing was covered or no memory total is known."""
+
+    host_id: str | None
+    display_name: str
+    gpu_uuid: str | None = None
+    gpu_index: int | None = None
+    gpu_name: str | None = None
+    bucket_start: str
+    covered_hours: float
+    active_hours: float
+    idle_held_hours: float
+    idle_hours: float
+    avg_util_pct: float | None
+    avg_memory_used_pct: float | None
+
+
+class UtilizationReportOut(UtilizationHead):
+    rows: list[UtilizationRow]
+    coverage: ReportCoverage

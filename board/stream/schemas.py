@@ -1,0 +1,43 @@
+"""The stream's JSON for people (`GET …/stream/latest`; the SSE `util` events carry the
+same sample fields, built on the hot path by hub.Sample.event).
+
+Attributes are snake_case; the JSON keys are their camelCase aliases, in declaration
+order: the field order here is the wire order.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class ReadModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        frozen=True,
+    )
+
+
+class StreamGpu(ReadModel):
+    uuid: str
+    util_pct: int
+    memory_used_mb: int
+
+
+class LatestSample(ReadModel):
+    """A host's newest sample this process kept, and how long ago it arrived."""
+
+    host_id: str
+    ts: float  # the agent's clock, epoch seconds
+    at: str  # ts as an ISO time (UTC)
+    gpus: list[StreamGpu]
+    dropped: int  # bad messages dropped on the host's connection so far
+    seconds_ago: float
+
+
+class StreamLatest(ReadModel):
+    # int | float: the configured int is sent as it is (300, not 300.0).
+    keep_seconds: int | float
+    hosts: list[LatestSample]
