@@ -1,73 +1,79 @@
-"""Enrollment tokens for admins: issue (shown once), list, revoke."""
+"""Enrollment tokens for admins (issue, shown once; list; revoke) and the agent's claim."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Body
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Body, Request
 
-from board.auth.deps import WorkspaceDep
+from board.auth.deps import AdminDep
+from board.db.deps import SessionDep
 from board.enrollment import service
-from board.runtime import RuntimeDep, SessionDep
+from board.enrollment.schemas import (
+    ClaimRequest,
+    ClaimResponse,
+    EnrollmentTokenList,
+    IssuedEnrollment,
+    IssueRequest,
+    RevokedEnrollment,
+)
+from board.httpserver import read_body
+from board.ingest.service import require_json
+from board.settings import SettingsDep
 
-router = APIRouter(prefix="/api/v1/workspaces/{slug}/enrollment-tokens", tags=["enrollment"])
+# No router prefix: the admins' routes and the agent's claim live under different ones.
+router = APIRouter()
+TOKENS = "/api/v1/workspaces/{slug}/enrollment-tokens"
+# A claim is a few short strings; anything much larger is not one.
+CLAIM_MAX_BYTES = 64 * 1024
 
 
-class IssueRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    displayName: Annotated[str, Field(max_length=255)] | None = None
-    expiresInHours: Annotated[float, Field(gt=0, le=720)] | None = None
-
-
-@router.post("", status_code=201)
+@router.post(TOKENS, status_code=201, response_model=IssuedEnrollment, tags=["enrollment"])
 async def issue(
-    ctx: WorkspaceDep,
+    ctx: AdminDep,
     session: SessionDep,
-    runtime: RuntimeDep,
+    settings: SettingsDep,
     request: Annotated[IssueRequest | None, Body()] = None,
-) -> dict[str, Any]:
-    ctx.require("admin")
+) -> IssuedEnrollment:
     request = request or IssueRequest()
-    issued = await service.issue(
+    return await service.issue(
         session,
         ctx.workspace_id,
-        display_name=request.displayName,
-        expires_in_hours=request.expiresInHours or runtime.settings.enrollment_token_ttl_hours,
+        display_name=request.display_name,
+        expires_in_hours=request.expires_in_hours or settings.enrollment_token_ttl_hours,
     )
-    return {
-        "enrollmentToken": issued.token,
-        "tokenPrefix": issued.prefix,
-        "expiresAt": issued.expires_at.isoformat(),
-    }
 
 
-@router.get("")
-async def list_tokens(ctx: WorkspaceDep, session: SessionDep) -> dict[str, Any]:
-    ctx.require("admin")
-    now = datetime.now(UTC)
-    return {
-        "enrollmentTokens": [
-            {
-                "tokenPrefix": t.token_prefix,
-                "displayName": t.display_name,
-                "state": service.token_state(t, now),
-                "createdAt": t.created_at.isoformat(),
-                "expiresAt": t.expires_at.isoformat(),
-                "claimedAt": t.claimed_at.isoformat() if t.claimed_at else None,
-                "claimedByHostId": host_id,
-            }
-            for t, host_id in await service.list_tokens(session, ctx.workspace_id)
-        ]
-    }
+@router.get(TOKENS, response_model=EnrollmentTokenList, tags=["enrollment"])
+async def list_tokens(ctx: AdminDep, session: SessionDep) -> EnrollmentTokenList:
+    return EnrollmentTokenList(
+        enrollment_tokens=await service.list_tokens(session, ctx.workspace_id)
+    )
 
 
-@router.delete("/{token_prefix}")
-async def revoke(token_prefix: str, ctx: WorkspaceDep, session: SessionDep) -> dict[str, Any]:
-    ctx.require("admin")
-    token = await service.revoke(session, ctx.workspace_id, token_prefix)
-    return {
-        "tokenPrefix": token.token_prefix,
-        "state": service.token_state(token, datetime.now(UTC)),
-    }
+@router.delete(TOKENS + "/{token_prefix}", response_model=RevokedEnrollment, tags=["enrollment"])
+async def revoke(token_prefix: str, ctx: AdminDep, session: SessionDep) -> RevokedEnrollment:
+    return await service.revoke(session, ctx.workspace_id, token_prefix)
+
+
+@router.post(
+    "/agent/v1/enrollments/claim",
+    status_code=201,
+    response_model=ClaimResponse,
+    tags=["agent"],
+    # The body is read by hand (bounded before parsing), so /docs learns its shape here.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ClaimRequest.model_json_schema()}},
+        }
+    },
+)
+async def claim(request: Request, session: SessionDep) -> ClaimResponse:
+    """The agent trades a one-time enrollment token for its own agent token (shown once).
+
+    As on every agent route, the body must be JSON and is bounded before it is parsed.
+    """
+    require_json(request.headers.get("content-type"))
+    body = await read_body(request, CLAIM_MAX_BYTES)
+    return await service.claim(session, body)

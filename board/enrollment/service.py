@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
@@ -12,19 +11,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import tokens
 from board.enrollment.models import EnrollmentToken
+from board.enrollment.schemas import (
+    ClaimRequest,
+    ClaimResponse,
+    EnrollmentTokenOut,
+    IssuedEnrollment,
+    RevokedEnrollment,
+    TokenState,
+)
 from board.errors import NotFound, Unauthorized, Unprocessable
 from board.hosts.models import Host
-from board.ingest.schemas import ClaimRequest, ClaimResponse
 from board.ingest.service import invalid
 
 _REFUSED = "This enrollment token is not valid: it is unknown, expired, revoked or already used."
-
-
-@dataclass(frozen=True)
-class IssuedEnrollment:
-    token: str
-    prefix: str
-    expires_at: datetime
 
 
 async def issue(
@@ -48,10 +47,10 @@ async def issue(
         )
     )
     await session.flush()
-    return IssuedEnrollment(issued.secret, issued.prefix, expires_at)
+    return IssuedEnrollment(token=issued.secret, prefix=issued.prefix, expires_at=expires_at)
 
 
-def token_state(token: EnrollmentToken, now: datetime) -> str:
+def _state(token: EnrollmentToken, now: datetime) -> TokenState:
     if token.claimed_at is not None:
         return "claimed"
     if token.revoked_at is not None:
@@ -61,10 +60,8 @@ def token_state(token: EnrollmentToken, now: datetime) -> str:
     return "active"
 
 
-async def list_tokens(
-    session: AsyncSession, workspace_id: int
-) -> list[tuple[EnrollmentToken, str | None]]:
-    """Tokens with the public id of the host that claimed each (never a secret)."""
+async def list_tokens(session: AsyncSession, workspace_id: int) -> list[EnrollmentTokenOut]:
+    """Newest first, with the public id of the host that claimed each (never a secret)."""
     rows = await session.execute(
         select(EnrollmentToken, Host.public_id)
         .outerjoin(
@@ -75,10 +72,22 @@ async def list_tokens(
         .where(EnrollmentToken.workspace_id == workspace_id)
         .order_by(EnrollmentToken.created_at.desc(), EnrollmentToken.id.desc())
     )
-    return [(t, str(pid) if pid else None) for t, pid in rows.all()]
+    now = datetime.now(UTC)
+    return [
+        EnrollmentTokenOut(
+            token_prefix=token.token_prefix,
+            display_name=token.display_name,
+            state=_state(token, now),
+            created_at=token.created_at,
+            expires_at=token.expires_at,
+            claimed_at=token.claimed_at,
+            claimed_by_host_id=str(host_id) if host_id else None,
+        )
+        for token, host_id in rows.all()
+    ]
 
 
-async def revoke(session: AsyncSession, workspace_id: int, token_prefix: str) -> EnrollmentToken:
+async def revoke(session: AsyncSession, workspace_id: int, token_prefix: str) -> RevokedEnrollment:
     token = await session.scalar(
         select(EnrollmentToken).where(
             EnrollmentToken.workspace_id == workspace_id,
@@ -89,7 +98,9 @@ async def revoke(session: AsyncSession, workspace_id: int, token_prefix: str) ->
         raise NotFound("No enrollment token with this prefix in this workspace.")
     if token.claimed_at is None and token.revoked_at is None:
         token.revoked_at = datetime.now(UTC)
-    return token
+    return RevokedEnrollment(
+        token_prefix=token.token_prefix, state=_state(token, datetime.now(UTC))
+    )
 
 
 def _display_name(preset: str | None, hostname: str | None, prefix: str) -> str:
@@ -112,7 +123,7 @@ async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
         await session.execute(
             update(EnrollmentToken)
             .where(
-                EnrollmentToken.token_hash == tokens.digest(request.enrollmentToken.strip()),
+                EnrollmentToken.token_hash == tokens.digest(request.enrollment_token.strip()),
                 EnrollmentToken.claimed_at.is_(None),
                 EnrollmentToken.revoked_at.is_(None),
                 EnrollmentToken.expires_at > now,
@@ -136,8 +147,8 @@ async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
         public_id=uuid.uuid4(),
         display_name=_display_name(preset_name, request.hostname, agent_token.prefix),
         hostname=request.hostname or None,
-        agent_version=request.agentVersion or None,
-        driver_version=request.driverVersion or None,
+        agent_version=request.agent_version or None,
+        driver_version=request.driver_version or None,
         agent_token_hash=agent_token.digest,
         agent_token_prefix=agent_token.prefix,
     )
@@ -149,8 +160,8 @@ async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
         .values(claimed_host_id=host.id)
     )
     return ClaimResponse(
-        hostId=str(host.public_id),
-        displayName=host.display_name,
-        agentToken=agent_token.secret,
-        tokenPrefix=agent_token.prefix,
+        host_id=str(host.public_id),
+        display_name=host.display_name,
+        agent_token=agent_token.secret,
+        token_prefix=agent_token.prefix,
     )

@@ -1,16 +1,14 @@
-"""POST /agent/v1/observations and the claim: thin, the rules live in the services."""
+"""POST /agent/v1/observations: thin, the rules live in the service."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from board.enrollment import service as enrollment
 from board.errors import DomainError, PayloadTooLarge
 from board.ingest import service
-from board.ingest.schemas import ClaimResponse
 from board.ingest.store import Outcome
-from board.runtime import Runtime, RuntimeDep, SessionDep
+from board.runtime import Runtime
 
 router = APIRouter(prefix="/agent/v1", tags=["agent"])
 
@@ -26,13 +24,6 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-@router.post("/enrollments/claim", status_code=201, response_model=ClaimResponse)
-async def claim(request: Request, runtime: RuntimeDep, session: SessionDep) -> ClaimResponse:
-    service.require_json(request.headers.get("content-type"))
-    body = await read_body(request, 64 * 1024)
-    return await enrollment.claim(session, body)
 
 
 async def observations(request: Request) -> JSONResponse:

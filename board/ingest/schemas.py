@@ -45,26 +45,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class ClaimRequest(_Strict):
-    enrollmentToken: Annotated[str, StringConstraints(min_length=1, max_length=512)]
-    hostname: Annotated[str, StringConstraints(max_length=255, pattern=NO_NUL)] | None = None
-    agentVersion: Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)] | None = None
-    driverVersion: Annotated[str, StringConstraints(max_length=64, pattern=NO_NUL)] | None = None
-
-    @model_validator(mode="after")
-    def _token_not_blank(self) -> Self:
-        if not self.enrollmentToken.strip():
-            raise ValueError("enrollmentToken must not be blank")
-        return self
-
-
-class ClaimResponse(BaseModel):
-    hostId: str
-    displayName: str
-    agentToken: str
-    tokenPrefix: str
-
-
 class ProcessIn(_Strict):
     pid: Annotated[int, Field(gt=0, le=2**31 - 1)]
     linuxUser: Str64

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request, Response
 
 from board.auth import web_sessions
-from board.auth.deps import PasswordGateDep, member_context, memberships_of
+from board.auth.deps import PasswordGateDep, member_context
+from board.auth.models import User
 from board.auth.passwords import PasswordsBusy
 from board.errors import DomainError, Forbidden, Unprocessable
 from board.runtime import RuntimeDep, SessionDep
@@ -15,7 +16,7 @@ from board.web.deps import CsrfDep, SignedInDep
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session
 from board.workspaces import service as workspaces
-from board.workspaces.models import User
+from board.workspaces.schemas import IssuedApiToken
 
 router = APIRouter(prefix="/account", route_class=PageRoute, include_in_schema=False)
 
@@ -32,15 +33,10 @@ async def _account_page(
     status_code: int = 200,
     **extra: Any,
 ) -> Response:
-    memberships = await memberships_of(db, person.user_id)
-    tokens = []
-    for slug, name, role in memberships:
-        ctx = await member_context(db, slug, person.user_id)
-        found = await workspaces.list_api_tokens(db, ctx.workspace_id, person.user_id)
-        tokens.append({"slug": slug, "name": name, "role": role, "tokens": found})
     context = {
+        "page": None,  # no workspace: the layout shows no workspace navigation
         "email": person.email,
-        "memberships": tokens,
+        "memberships": await workspaces.api_tokens_by_workspace(db, person.user_id),
         "notice": NOTICES.get(request.query_params.get("notice", "")),
         "error": None,
         "issued": None,
@@ -119,7 +115,12 @@ async def issue_token(
         return await _account_page(
             request, person, db, status_code=exc.status_code, error=exc.detail
         )
-    shown = {"workspace": ctx.workspace.slug, "secret": issued.secret, "prefix": issued.prefix}
+    shown = IssuedApiToken(
+        api_token=issued.secret,
+        token_prefix=issued.prefix,
+        workspace=ctx.workspace.slug,
+        role=ctx.role,
+    )
     return await _account_page(request, person, db, status_code=201, issued=shown)
 
 

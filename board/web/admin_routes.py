@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 
 from board.auth import web_sessions
 from board.auth.deps import PasswordGateDep
+from board.auth.models import ROLES
 from board.auth.passwords import PasswordsBusy
 from board.enrollment import service as enrollment
 from board.errors import DomainError, TooManyRequests
 from board.hosts import service as hosts
 from board.runtime import RuntimeDep, SessionDep
-from board.web.deps import CsrfDep, Page, PageDep
+from board.web.deps import AdminPageDep, CsrfDep, Page
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces
-from board.workspaces.models import ROLES
 
 router = APIRouter(prefix="/w/{slug}/admin", route_class=PageRoute, include_in_schema=False)
 
@@ -29,6 +29,14 @@ NOTICES = {
     "member-signed-out": "The member was signed out of every browser.",
 }
 SETTING_FIELDS = ("maxSampleGapSeconds", "staleAfterSeconds", "timezone", "retentionDays")
+
+
+@dataclass(frozen=True)
+class MemberForm:
+    """What the add-member form shows again after a refusal (never the password)."""
+
+    email: str = ""
+    role: str = "member"
 
 
 def board_url(request: Request, runtime: RuntimeDep) -> str:
@@ -45,36 +53,23 @@ async def _admin_page(
     status_code: int = 200,
     **extra: Any,
 ) -> Response:
-    workspace = page.ctx.workspace
-    now = datetime.now(UTC)
-    tokens = [
-        {
-            "prefix": t.token_prefix,
-            "displayName": t.display_name,
-            "state": enrollment.token_state(t, now),
-            "createdAt": t.created_at,
-            "expiresAt": t.expires_at,
-            "claimedByHostId": host_id,
-        }
-        for t, host_id in await enrollment.list_tokens(db, page.ctx.workspace_id)
-    ]
     listed = await hosts.list_hosts(db, page.ctx)
     context = {
         "page": page,
         "nav": "admin",
-        "tokens": tokens,
+        "tokens": await enrollment.list_tokens(db, page.ctx.workspace_id),
         "hosts": listed,
-        "host_names": {h["hostId"]: h["displayName"] for h in listed},
+        "host_names": {h.host_id: h.display_name for h in listed},
         "members": await workspaces.list_members(db, page.ctx.workspace_id),
         "roles": ROLES,
-        "settings": workspaces.settings_of(workspace),
+        "settings": workspaces.settings_of(page.ctx.workspace),
         "default_ttl": runtime.settings.enrollment_token_ttl_hours,
         "board_url": board_url(request, runtime),
         "notice": NOTICES.get(request.query_params.get("notice", "")),
         "error": None,
         "issued": None,
         "new_member": None,
-        "form": {},
+        "form": MemberForm(),
         **extra,
     }
     return render(request, "admin.html", context, status_code=status_code)
@@ -82,9 +77,8 @@ async def _admin_page(
 
 @router.get("")
 async def admin_page(
-    request: Request, page: PageDep, db: SessionDep, runtime: RuntimeDep
+    request: Request, page: AdminPageDep, db: SessionDep, runtime: RuntimeDep
 ) -> Response:
-    page.ctx.require("admin")
     return await _admin_page(request, page, db, runtime)
 
 
@@ -104,13 +98,12 @@ async def _failed(
 async def issue_token(
     request: Request,
     _csrf: CsrfDep,
-    page: PageDep,
+    page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
     display_name: Annotated[str, Form(max_length=255)] = "",
     expires_in_hours: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
-    page.ctx.require("admin")
     try:
         hours = float(expires_in_hours) if expires_in_hours.strip() else None
     except ValueError:
@@ -130,9 +123,8 @@ async def issue_token(
 
 @router.post("/enrollment-tokens/{prefix}/revoke")
 async def revoke_token(
-    request: Request, prefix: str, _csrf: CsrfDep, page: PageDep, db: SessionDep
+    request: Request, prefix: str, _csrf: CsrfDep, page: AdminPageDep, db: SessionDep
 ) -> Response:
-    page.ctx.require("admin")
     await enrollment.revoke(db, page.ctx.workspace_id, prefix)
     await db.commit()
     return redirect(request, f"/w/{page.slug}/admin?notice=token-revoked#tokens")
@@ -143,11 +135,10 @@ async def revoke_host(
     request: Request,
     host_id: str,
     _csrf: CsrfDep,
-    page: PageDep,
+    page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
 ) -> Response:
-    page.ctx.require("admin")
     # Commits, and reaches every board process's token cache and open agent sockets.
     await hosts.revoke_host(db, runtime, page.ctx, host_id)
     return redirect(request, f"/w/{page.slug}/admin?notice=host-revoked#hosts")
@@ -157,7 +148,7 @@ async def revoke_host(
 async def add_member(
     request: Request,
     _csrf: CsrfDep,
-    page: PageDep,
+    page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
     gate: PasswordGateDep,
@@ -165,7 +156,6 @@ async def add_member(
     role: Annotated[str, Form(max_length=20)] = "member",
     password: Annotated[str, Form(max_length=1024)] = "",
 ) -> Response:
-    page.ctx.require("admin")
     try:
         workspace = await db.merge(page.ctx.workspace)
         member = await workspaces.add_member(
@@ -174,18 +164,22 @@ async def add_member(
         await db.commit()
     except PasswordsBusy:
         exc = TooManyRequests("The board is busy hashing passwords. Try again in a few seconds.")
-        return await _failed(request, page, db, runtime, exc, form={"email": email, "role": role})
+        return await _failed(request, page, db, runtime, exc, form=MemberForm(email, role))
     except DomainError as exc:
-        form = {"email": email, "role": role}
-        return await _failed(request, page, db, runtime, exc, form=form)
-    return await _admin_page(request, page, db, runtime, status_code=201, new_member=member)
+        return await _failed(request, page, db, runtime, exc, form=MemberForm(email, role))
+    shown = member.shown()
+    return await _admin_page(request, page, db, runtime, status_code=201, new_member=shown)
 
 
 @router.post("/members/{email}/remove")
 async def remove_member(
-    request: Request, email: str, _csrf: CsrfDep, page: PageDep, db: SessionDep, runtime: RuntimeDep
+    request: Request,
+    email: str,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
 ) -> Response:
-    page.ctx.require("admin")
     try:
         user_id = await workspaces.remove_member(db, page.ctx.workspace_id, email)
         if not await workspaces.has_memberships(db, user_id):
@@ -198,9 +192,8 @@ async def remove_member(
 
 @router.post("/members/{email}/sign-out")
 async def sign_out_member(
-    request: Request, email: str, _csrf: CsrfDep, page: PageDep, db: SessionDep
+    request: Request, email: str, _csrf: CsrfDep, page: AdminPageDep, db: SessionDep
 ) -> Response:
-    page.ctx.require("admin")
     membership = await workspaces.find_member(db, page.ctx.workspace_id, email)
     await workspaces.ensure_may_end_all_sessions(db, page.ctx.user_id, membership.user_id)
     await web_sessions.end_all(db, membership.user_id)
@@ -212,19 +205,19 @@ def _setting_value(key: str, raw: str) -> object:
     raw = raw.strip()
     if key == "timezone":
         return raw
-    # Not a whole number: passed on as text, so the service's sentence says why.
-    return int(raw) if raw.isdigit() else raw
+    # Anything but a few ASCII digits ("²" is a digit to str.isdigit, int() refuses it)
+    # is passed on as text, so the model's sentence says why it is not a whole number.
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 12 else raw
 
 
 @router.post("/settings")
 async def save_settings(
     request: Request,
     _csrf: CsrfDep,
-    page: PageDep,
+    page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
 ) -> Response:
-    page.ctx.require("admin")
     form = await request.form()
     changes = {
         key: _setting_value(key, str(form.get(key, "")))
@@ -232,8 +225,9 @@ async def save_settings(
         if form.get(key) is not None
     }
     try:
+        patch = workspaces.parse_settings(changes)
         workspace = await db.merge(page.ctx.workspace)
-        workspaces.update_settings(workspace, changes)
+        workspaces.update_settings(workspace, patch)
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)

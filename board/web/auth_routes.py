@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
-from sqlalchemy import select
 
 from board.auth import signin_limits, web_sessions
 from board.auth.deps import PasswordGateDep, memberships_of
@@ -21,13 +20,14 @@ from board.web.deps import (
 )
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session
-from board.workspaces.models import User
-from board.workspaces.service import plausible_email
+from board.workspaces.service import find_user, plausible_email
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 _REFUSED = "Wrong email or password."
 _BUSY_SECONDS = 5
+# These pages belong to no workspace: the layout shows no workspace navigation.
+_NO_WORKSPACE: dict[str, Any] = {"page": None}
 
 
 def safe_next(value: str | None) -> str:
@@ -44,7 +44,8 @@ async def home(person: SignedInDep, db: SessionDep, request: Request) -> Respons
     workspaces = await memberships_of(db, person.user_id)
     if len(workspaces) == 1:
         return redirect(request, f"/w/{workspaces[0][0]}/")
-    return render(request, "workspaces.html", {"workspaces": workspaces, "email": person.email})
+    context = {**_NO_WORKSPACE, "workspaces": workspaces, "email": person.email}
+    return render(request, "workspaces.html", context)
 
 
 @router.get("/workspaces/switch")
@@ -62,13 +63,15 @@ async def signin_form(
         return redirect(request, safe_next(next))
     except SignInRequired:
         pass
-    return render(request, "signin.html", {"next": safe_next(next), "email": "", "error": None})
+    context = {**_NO_WORKSPACE, "next": safe_next(next), "email": "", "error": None}
+    return render(request, "signin.html", context)
 
 
 def _refused(
     request: Request, context: dict[str, str], error: str, status: int, retry: int = 0
 ) -> Response:
-    response = render(request, "signin.html", {**context, "error": error}, status_code=status)
+    shown = {**_NO_WORKSPACE, **context, "error": error}
+    response = render(request, "signin.html", shown, status_code=status)
     if retry:
         response.headers["Retry-After"] = str(retry)
     return response
@@ -96,9 +99,7 @@ async def signin(
         minutes = max(1, round(retry / 60))
         error = f"Too many failed attempts. Try again in {minutes} min."
         return _refused(request, context, error, 429, retry)
-    user = (
-        await db.scalar(select(User).where(User.email == email)) if plausible_email(email) else None
-    )
+    user = await find_user(db, email)
     try:
         ok = await gate.verify(user.password_hash if user is not None else None, password)
     except PasswordsBusy:

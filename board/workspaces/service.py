@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import re
-import zoneinfo
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from pydantic import ValidationError
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import passwords, tokens
+from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
 from board.errors import Conflict, Forbidden, NotFound, Unprocessable
-from board.workspaces.models import ROLES, ApiToken, Membership, User, Workspace
+from board.workspaces.schemas import (
+    AddedMember,
+    ApiTokenOut,
+    Member,
+    MembershipTokens,
+    SettingsPatch,
+    WorkspaceSettings,
+)
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # No spaces or control characters (PostgreSQL text cannot even hold NUL).
@@ -47,11 +56,22 @@ async def get_workspace(session: AsyncSession, slug: str) -> Workspace:
 @dataclass(frozen=True)
 class NewMember:
     user: User
+    workspace: str
     role: str
-    api_token: str
+    api_token: str = field(repr=False)
     # The email already had an account (here or in another workspace): it only gained
     # this membership; its password and everything else about it are unchanged.
     existing_account: bool
+
+    def shown(self) -> AddedMember:
+        """As the API answers and the admin page shows it (the token, this once)."""
+        return AddedMember(
+            email=self.user.email,
+            workspace=self.workspace,
+            role=self.role,
+            api_token=self.api_token,
+            existing_account=self.existing_account,
+        )
 
 
 PasswordHasher = Callable[[str], Awaitable[str]]
@@ -101,7 +121,13 @@ async def add_member(
         await revoke_member_tokens(session, workspace.id, user.id)
     await session.flush()
     token = await issue_api_token(session, workspace.id, user.id)
-    return NewMember(user=user, role=role, api_token=token.secret, existing_account=existing)
+    return NewMember(
+        user=user,
+        workspace=workspace.slug,
+        role=role,
+        api_token=token.secret,
+        existing_account=existing,
+    )
 
 
 def plausible_email(email: str) -> bool:
@@ -223,17 +249,38 @@ async def issue_api_token(
     return issued
 
 
-async def list_api_tokens(session: AsyncSession, workspace_id: int, user_id: int) -> list[ApiToken]:
+async def list_api_tokens(
+    session: AsyncSession, workspace_id: int, user_id: int
+) -> list[ApiTokenOut]:
     """The person's tokens in the workspace, newest first (prefixes only; never a secret)."""
-    return list(
-        (
-            await session.scalars(
-                select(ApiToken)
-                .where(ApiToken.workspace_id == workspace_id, ApiToken.user_id == user_id)
-                .order_by(ApiToken.created_at.desc(), ApiToken.id.desc())
-            )
-        ).all()
+    found = await session.scalars(
+        select(ApiToken)
+        .where(ApiToken.workspace_id == workspace_id, ApiToken.user_id == user_id)
+        .order_by(ApiToken.created_at.desc(), ApiToken.id.desc())
     )
+    return [ApiTokenOut.model_validate(t) for t in found]
+
+
+async def api_tokens_by_workspace(session: AsyncSession, user_id: int) -> list[MembershipTokens]:
+    """Every workspace the person belongs to (by name), with their tokens there."""
+    memberships = await session.execute(
+        select(Workspace.id, Workspace.slug, Workspace.name, Membership.role)
+        .join(Membership, Membership.workspace_id == Workspace.id)
+        .where(Membership.user_id == user_id)
+        .order_by(Workspace.name, Workspace.slug)
+    )
+    tokens = await session.scalars(
+        select(ApiToken)
+        .where(ApiToken.user_id == user_id)
+        .order_by(ApiToken.created_at.desc(), ApiToken.id.desc())
+    )
+    by_workspace: dict[int, list[ApiTokenOut]] = defaultdict(list)
+    for token in tokens:
+        by_workspace[token.workspace_id].append(ApiTokenOut.model_validate(token))
+    return [
+        MembershipTokens(slug=slug, name=name, role=role, tokens=by_workspace[workspace_id])
+        for workspace_id, slug, name, role in memberships.all()
+    ]
 
 
 async def revoke_api_token(
@@ -262,57 +309,36 @@ async def set_password(session: AsyncSession, user_id: int, password_hash: str) 
     await session.flush()
 
 
-async def list_members(session: AsyncSession, workspace_id: int) -> list[tuple[User, str]]:
+async def list_members(session: AsyncSession, workspace_id: int) -> list[Member]:
     rows = await session.execute(
-        select(User, Membership.role)
+        select(User.email, Membership.role)
         .join(Membership, Membership.user_id == User.id)
         .where(Membership.workspace_id == workspace_id)
         .order_by(User.email)
     )
-    return [(u, r) for u, r in rows.all()]
+    return [Member(email=email, role=role) for email, role in rows.all()]
 
 
-SETTING_LIMITS = {
-    "maxSampleGapSeconds": ("max_sample_gap_seconds", 1, 86400),
-    "staleAfterSeconds": ("stale_after_seconds", 1, 86400),
-    "retentionDays": ("retention_days", 1, 3650),
-    "maxGpusPerHost": ("max_gpus_per_host", 1, 4096),
-}
+async def find_user(session: AsyncSession, email: str) -> User | None:
+    """The account of a plausible email (already lower-cased), else none."""
+    if not plausible_email(email):
+        return None
+    return await session.scalar(select(User).where(User.email == email))
 
 
-def settings_of(workspace: Workspace) -> dict[str, object]:
-    return {
-        "maxSampleGapSeconds": workspace.max_sample_gap_seconds,
-        "staleAfterSeconds": workspace.stale_after_seconds,
-        "timezone": workspace.timezone,
-        "retentionDays": workspace.retention_days,
-        "maxGpusPerHost": workspace.max_gpus_per_host,
-    }
+def settings_of(workspace: Workspace) -> WorkspaceSettings:
+    return WorkspaceSettings.model_validate(workspace)
 
 
-def update_settings(workspace: Workspace, changes: dict[str, object]) -> None:
-    """Validate every change first, then apply them all (nothing half-applied)."""
-    unknown = set(changes) - set(SETTING_LIMITS) - {"timezone"}
-    if unknown:
-        raise Unprocessable(f"Unknown setting(s): {', '.join(sorted(unknown))}.")
-    for key, value in changes.items():
-        if key == "timezone":
-            if not isinstance(value, str) or not valid_zone(value):
-                raise Unprocessable(f"timezone {value!r} is not an IANA time zone.")
-            continue
-        _, low, high = SETTING_LIMITS[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise Unprocessable(f"{key} must be a whole number from {low} to {high}.")
-    for key, value in changes.items():
-        if key == "timezone":
-            workspace.timezone = str(value)
-        else:
-            setattr(workspace, SETTING_LIMITS[key][0], value)
-
-
-def valid_zone(name: str) -> bool:
+def parse_settings(changes: dict[str, object]) -> SettingsPatch:
+    """Settings from a form (the API's body is validated by FastAPI with the same model)."""
     try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return False
-    return True
+        return SettingsPatch.model_validate(changes)
+    except ValidationError as exc:
+        raise Unprocessable(exc.errors()[0]["msg"]) from None
+
+
+def update_settings(workspace: Workspace, patch: SettingsPatch) -> None:
+    """Applies a patch validated whole beforehand, so nothing is ever half-applied."""
+    for name, value in patch.changes().items():
+        setattr(workspace, name, value)

@@ -1,0 +1,183 @@
+"""Workspaces as the API shows them: settings, members, personal API tokens.
+
+Attributes are snake_case (templates read `settings.retention_days`); the JSON keys are
+their camelCase aliases, in declaration order: the field order here is the wire order.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import datetime
+from typing import Annotated, Any
+
+from annotated_types import Ge, Le
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+# Python's isoformat ("+00:00"), as the API has always written times; pydantic's own
+# datetime serialization would write "Z".
+IsoTime = Annotated[
+    datetime,
+    PlainSerializer(datetime.isoformat, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+class ReadModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        from_attributes=True,
+        frozen=True,
+        json_schema_serialization_defaults_required=True,
+    )
+
+
+class WorkspaceSettings(ReadModel):
+    max_sample_gap_seconds: int
+    stale_after_seconds: int
+    timezone: str
+    retention_days: int
+    max_gpus_per_host: int
+
+
+def _not_null(value: object) -> object:
+    # Every setting always has a value: null is not "unchanged", it is refused.
+    if value is None:
+        raise ValueError("a setting cannot be null")
+    return value
+
+
+def _iana_zone(name: str | None) -> str | None:
+    if name is not None:
+        try:
+            zoneinfo.ZoneInfo(name)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError("not an IANA time zone") from None
+    return name
+
+
+NotNull = BeforeValidator(_not_null)
+
+
+class SettingsPatch(BaseModel):
+    """`PATCH …/settings` and the admin page's form: only the settings sent change.
+
+    Strict (`"90"` and `true` are not whole numbers), unknown names refused; every
+    refusal is one sentence (a 422's `detail`), the same from the API and the page.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", strict=True, frozen=True)
+
+    max_sample_gap_seconds: Annotated[int | None, NotNull, Field(ge=1, le=86400)] = None
+    stale_after_seconds: Annotated[int | None, NotNull, Field(ge=1, le=86400)] = None
+    timezone: Annotated[str | None, NotNull, AfterValidator(_iana_zone)] = None
+    retention_days: Annotated[int | None, NotNull, Field(ge=1, le=3650)] = None
+    max_gpus_per_host: Annotated[int | None, NotNull, Field(ge=1, le=4096)] = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_sentence(
+        cls, data: Any, handler: ModelWrapValidatorHandler[SettingsPatch]
+    ) -> SettingsPatch:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            sentence = (
+                _refusal(data, exc)
+                if isinstance(data, dict)
+                else "Input should be a valid dictionary"  # pydantic's words for a non-object
+            )
+        raise PydanticCustomError("invalid_setting", "{sentence}", {"sentence": sentence})
+
+    def changes(self) -> dict[str, object]:
+        """The settings sent, by attribute name."""
+        return self.model_dump(exclude_unset=True)
+
+
+def _refusal(sent: dict[str, Any], exc: ValidationError) -> str:
+    errors = exc.errors()
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+    if unknown:
+        return f"Unknown setting(s): {', '.join(unknown)}."
+    # The first refused setting in the order sent is the one named.
+    order = list(sent)
+    key = min((str(e["loc"][0]) for e in errors), key=order.index)
+    if key == "timezone":
+        return f"timezone {sent[key]!r} is not an IANA time zone."
+    field = next(f for f in SettingsPatch.model_fields.values() if f.alias == key)
+    low = next(m.ge for m in field.metadata if isinstance(m, Ge))
+    high = next(m.le for m in field.metadata if isinstance(m, Le))
+    return f"{key} must be a whole number from {low} to {high}."
+
+
+class Member(ReadModel):
+    email: str
+    role: str
+
+
+class MemberList(ReadModel):
+    members: list[Member]
+
+
+class MemberRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    email: Annotated[str, Field(min_length=3, max_length=320)]
+    role: Annotated[str, Field(max_length=20)]
+    # Only a brand-new account gets it; an existing account's password is never changed.
+    password: Annotated[str, Field(min_length=8, max_length=1024)] | None = None
+
+
+class AddedMember(ReadModel):
+    """A member just added (or re-added), with their new personal API token (shown once)."""
+
+    email: str
+    workspace: str
+    role: str
+    api_token: Annotated[str, Field(repr=False)]
+    # The email already had an account (here or in another workspace): it only gained
+    # this membership; its password and everything else about it are unchanged.
+    existing_account: bool
+
+
+class ApiTokenOut(ReadModel):
+    """A personal API token as its owner sees it listed: the public prefix, never the secret."""
+
+    token_prefix: str
+    created_at: IsoTime
+    revoked_at: IsoTime | None
+
+
+class MyApiTokens(ReadModel):
+    workspace: str
+    api_tokens: list[ApiTokenOut]
+
+
+class IssuedApiToken(ReadModel):
+    api_token: Annotated[str, Field(repr=False)]
+    token_prefix: str
+    workspace: str
+    role: str
+
+
+class MembershipTokens(ReadModel):
+    """One workspace of the account page: the person's role there and their tokens."""
+
+    slug: str
+    name: str
+    role: str
+    tokens: list[ApiTokenOut]
