@@ -22,6 +22,7 @@ import pytest
 from board.app import create_app
 from board.auth.passwords import PasswordGate, PasswordsBusy
 from board.settings import Settings
+from board.workspaces.schemas import IssuedApiToken
 from tests.board.helpers import make_tenant
 from tests.web.helpers import PASSWORD, csrf_of, sign_in
 
@@ -378,3 +379,34 @@ async def test_an_admin_cannot_sign_out_someone_elses_member(app: Any, client: A
         assert gone.status_code == 204
         assert (await browser.get("/w/acme/")).status_code == 404
         assert (await browser.get("/w/beta/")).status_code == 200
+
+
+async def test_member_and_token_answers_keep_their_shape(app: Any, client: Any) -> None:
+    """Keys in their order, times as Python writes them (+00:00), secrets out of reprs."""
+    acme = await make_tenant(app, "acme")
+    added = await client.post(
+        "/api/v1/workspaces/acme/members",
+        json={"email": "new@acme.example", "role": "finance"},
+        headers=acme.auth(),
+    )
+    assert list(added.json()) == ["email", "workspace", "role", "apiToken", "existingAccount"]
+    members = (await client.get("/api/v1/workspaces/acme/members", headers=acme.auth())).json()
+    assert members["members"][0] == {"email": "admin@acme.example", "role": "admin"}
+    issued = (await client.post("/api/v1/me/api-tokens", headers=acme.auth())).json()
+    assert list(issued) == ["apiToken", "tokenPrefix", "workspace", "role"]
+    listed = (await client.get("/api/v1/me/api-tokens", headers=acme.auth())).json()
+    assert list(listed) == ["workspace", "apiTokens"]
+    assert list(listed["apiTokens"][0]) == ["tokenPrefix", "createdAt", "revokedAt"]
+    assert listed["apiTokens"][0]["createdAt"].endswith("+00:00")
+    settings = (await client.get("/api/v1/workspaces/acme/settings", headers=acme.auth())).json()
+    assert list(settings) == [
+        "maxSampleGapSeconds",
+        "staleAfterSeconds",
+        "timezone",
+        "retentionDays",
+        "maxGpusPerHost",
+    ]
+    shown = IssuedApiToken(
+        api_token=issued["apiToken"], token_prefix="p", workspace="acme", role="admin"
+    )
+    assert issued["apiToken"] not in repr(shown)

@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 
+from board.enrollment import service
+from board.workspaces.service import get_workspace
 from tests.board.db import scalar
 from tests.board.helpers import make_tenant
 
@@ -151,3 +153,44 @@ async def test_many_concurrent_claims_one_wins(app, client) -> None:
     codes = sorted(r.status_code for r in results)
     assert codes == [201] + [401] * 11
     assert await scalar(app, "SELECT count(*) FROM hosts") == 1
+
+
+async def test_wire_shapes_are_unchanged(app, client) -> None:
+    """Keys in their order and times as Python writes them (+00:00), as agents and scripts
+    have always read them; the read models must not reorder or reformat anything."""
+    tenant = await make_tenant(app, "acme")
+    issued = await _issue(client, tenant, displayName="rack-7")
+    assert list(issued) == ["enrollmentToken", "tokenPrefix", "expiresAt"]
+    assert issued["expiresAt"].endswith("+00:00")
+    claimed = (await _claim(client, issued["enrollmentToken"])).json()
+    assert list(claimed) == ["hostId", "displayName", "agentToken", "tokenPrefix"]
+    listed = await client.get("/api/v1/workspaces/acme/enrollment-tokens", headers=tenant.auth())
+    assert list(listed.json()) == ["enrollmentTokens"]
+    token = listed.json()["enrollmentTokens"][0]
+    assert list(token) == [
+        "tokenPrefix",
+        "displayName",
+        "state",
+        "createdAt",
+        "expiresAt",
+        "claimedAt",
+        "claimedByHostId",
+    ]
+    assert all(token[k].endswith("+00:00") for k in ("createdAt", "expiresAt", "claimedAt"))
+    second = await _issue(client, tenant)
+    revoked = await client.delete(
+        f"/api/v1/workspaces/acme/enrollment-tokens/{second['tokenPrefix']}", headers=tenant.auth()
+    )
+    assert revoked.json() == {"tokenPrefix": second["tokenPrefix"], "state": "revoked"}
+
+
+async def test_a_secret_is_not_in_the_repr(app) -> None:
+    """What a log line or a traceback prints of an issued token never holds the secret."""
+    tenant = await make_tenant(app, "acme")
+    async with app.state.runtime.sessions() as session:
+        workspace = await get_workspace(session, tenant.slug)
+        issued = await service.issue(session, workspace.id, display_name=None, expires_in_hours=1)
+        await session.rollback()
+    assert issued.token.startswith("gua_enroll_")
+    assert issued.token not in repr(issued)
+    assert issued.prefix in repr(issued)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from tests.board.helpers import enroll, example, make_tenant, push, retimed
+from tests.web.helpers import csrf_of, sign_in
 
 QUERY = "?from=2026-11-01&to=2026-11-02"
 
@@ -126,3 +127,52 @@ async def test_settings_validation(app, client) -> None:
         "retentionDays": 400,
         "maxGpusPerHost": 64,
     }
+
+
+async def test_settings_refusals_name_the_setting(app, client) -> None:
+    """One sentence per refusal, naming the first bad setting in the order sent; nothing
+    of a refused patch is applied."""
+    acme = await make_tenant(app, "acme")
+    cases = [
+        ({"unknown": 1, "other": 2, "timezone": "Nope"}, "Unknown setting(s): other, unknown."),
+        ({"max_sample_gap_seconds": 60}, "Unknown setting(s): max_sample_gap_seconds."),
+        ({"timezone": None}, "timezone None is not an IANA time zone."),
+        ({"timezone": 5}, "timezone 5 is not an IANA time zone."),
+        ({"retentionDays": None}, "retentionDays must be a whole number from 1 to 3650."),
+        ({"maxGpusPerHost": 1.5}, "maxGpusPerHost must be a whole number from 1 to 4096."),
+        (
+            {"retentionDays": 30, "staleAfterSeconds": 0, "timezone": "Nope"},
+            "staleAfterSeconds must be a whole number from 1 to 86400.",
+        ),
+        (
+            {"retentionDays": 30, "timezone": "Nope", "staleAfterSeconds": 0},
+            "timezone 'Nope' is not an IANA time zone.",
+        ),
+    ]
+    for body, sentence in cases:
+        r = await client.patch("/api/v1/workspaces/acme/settings", json=body, headers=acme.auth())
+        assert r.status_code == 422, body
+        assert r.json()["detail"] == sentence
+    for body in ([], "x"):
+        r = await client.patch("/api/v1/workspaces/acme/settings", json=body, headers=acme.auth())
+        assert r.status_code == 422
+        assert isinstance(r.json()["detail"], str)
+    unchanged = await client.get("/api/v1/workspaces/acme/settings", headers=acme.auth())
+    assert unchanged.json()["retentionDays"] == 400
+    empty = await client.patch("/api/v1/workspaces/acme/settings", json={}, headers=acme.auth())
+    assert empty.json() == unchanged.json()
+
+
+async def test_settings_form_refuses_what_is_no_number(app, client) -> None:
+    """The admin page's form: digits int() cannot read, or too many of them, are a 422
+    with the setting's sentence (they were a 500), and nothing is saved."""
+    await make_tenant(app, "acme")
+    await sign_in(client, "admin@acme.example")
+    csrf = csrf_of((await client.get("/w/acme/admin")).text)
+    for value in ("²", "9" * 5000, "-5", "1e3", " "):
+        form = {"csrf_token": csrf, "staleAfterSeconds": value, "timezone": "Europe/Berlin"}
+        r = await client.post("/w/acme/admin/settings", data=form)
+        assert r.status_code == 422, value
+        assert "staleAfterSeconds must be a whole number from 1 to 86400." in r.text
+    page = (await client.get("/w/acme/admin")).text
+    assert 'name="timezone" value="UTC"' in page
