@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
+from board.db.connection import report_connection
 from board.hosts import service as hosts
 from board.hosts.models import Host
 from board.reports import service as reports
@@ -15,7 +16,7 @@ from board.reports.params import parse_window
 from board.runtime import RuntimeDep, SessionDep
 from board.stream.sse import sse_response
 from board.web.charts import percent_chart
-from board.web.deps import MemberPageDep, Page, PageDep, report_connection
+from board.web.deps import MemberPageDep, Page, PageDep
 from board.web.fleet import CARD_STATES, Fleet, build_fleet, host_cards
 from board.web.render import PageRoute, finish, render, templates
 
