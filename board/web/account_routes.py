@@ -34,7 +34,6 @@ async def _account_page(
     **extra: Any,
 ) -> Response:
     context = {
-        "page": None,  # no workspace: the layout shows no workspace navigation
         "email": person.email,
         "memberships": await workspaces.api_tokens_by_workspace(db, person.user_id),
         "notice": NOTICES.get(request.query_params.get("notice", "")),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
 
@@ -26,8 +26,6 @@ router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 _REFUSED = "Wrong email or password."
 _BUSY_SECONDS = 5
-# These pages belong to no workspace: the layout shows no workspace navigation.
-_NO_WORKSPACE: dict[str, Any] = {"page": None}
 
 
 def safe_next(value: str | None) -> str:
@@ -44,8 +42,7 @@ async def home(person: SignedInDep, db: SessionDep, request: Request) -> Respons
     workspaces = await memberships_of(db, person.user_id)
     if len(workspaces) == 1:
         return redirect(request, f"/w/{workspaces[0][0]}/")
-    context = {**_NO_WORKSPACE, "workspaces": workspaces, "email": person.email}
-    return render(request, "workspaces.html", context)
+    return render(request, "workspaces.html", {"workspaces": workspaces, "email": person.email})
 
 
 @router.get("/workspaces/switch")
@@ -63,15 +60,13 @@ async def signin_form(
         return redirect(request, safe_next(next))
     except SignInRequired:
         pass
-    context = {**_NO_WORKSPACE, "next": safe_next(next), "email": "", "error": None}
-    return render(request, "signin.html", context)
+    return render(request, "signin.html", {"next": safe_next(next), "email": "", "error": None})
 
 
 def _refused(
     request: Request, context: dict[str, str], error: str, status: int, retry: int = 0
 ) -> Response:
-    shown = {**_NO_WORKSPACE, **context, "error": error}
-    response = render(request, "signin.html", shown, status_code=status)
+    response = render(request, "signin.html", {**context, "error": error}, status_code=status)
     if retry:
         response.headers["Retry-After"] = str(retry)
     return response
