@@ -1,7 +1,5 @@
-"""WS /agent/v1/stream (agents in) and the browsers' Server-Sent Events (samples out).
-
-`sse_response` is imported here for the REST stream and stays importable from here
-for pages that have not moved to board.stream.sse yet."""
+"""WS /agent/v1/stream (agents in) and the browsers' Server-Sent Events (samples out:
+board.stream.sse, which the host page answers with too)."""
 
 from __future__ import annotations
 

@@ -11,10 +11,6 @@ from fastapi import Depends, Path, Request
 from board.auth import web_sessions
 from board.auth.deps import WorkspaceContext, member_context, memberships_of
 from board.auth.signin_limits import SignInLimits
-
-# The one helper lives in the db kit; kept importable here until fleet_routes imports it
-# from there.
-from board.db.connection import report_connection as report_connection
 from board.errors import Forbidden
 from board.runtime import RuntimeDep, SessionDep
 from board.web.sessions import CSRF_FIELD, WebSession, read_session
