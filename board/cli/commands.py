@@ -123,11 +123,12 @@ def create_user(args: argparse.Namespace) -> int:
 
 def issue_token(args: argparse.Namespace) -> int:
     from board.enrollment import service as enrollment
+    from board.enrollment.schemas import IssuedEnrollment
     from board.workspaces import service
 
     settings = _settings()
 
-    async def run(session: AsyncSession) -> enrollment.IssuedEnrollment:
+    async def run(session: AsyncSession) -> IssuedEnrollment:
         workspace = await service.get_workspace(session, args.workspace)
         return await enrollment.issue(
             session,

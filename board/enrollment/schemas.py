@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pydantic.alias_generators import to_camel
 
 from board.ingest.schemas import NO_NUL
-from board.workspaces.schemas import IsoTime, ReadModel
+from board.readmodels import IsoTime, ReadModel
 
 TokenState = Literal["active", "claimed", "revoked", "expired"]
 

@@ -6,34 +6,13 @@ camelCase aliases, in declaration order: the field order here is the wire order.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer, WithJsonSchema
-from pydantic.alias_generators import to_camel
-
-# Python's isoformat ("+00:00"), as the API has always written times; pydantic's own
-# datetime serialization would write "Z".
-IsoTime = Annotated[
-    datetime,
-    PlainSerializer(datetime.isoformat, return_type=str),
-    WithJsonSchema({"type": "string", "format": "date-time"}),
-]
+from board.readmodels import IsoTime, ReadModel
 
 Freshness = Literal["never", "ok", "partial", "error", "stale"]
 CollectionStatus = Literal["ok", "partial", "error"]
 UsageState = Literal["active", "idle_held", "idle"]
-
-
-class ReadModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        serialize_by_alias=True,
-        frozen=True,
-        # /docs lists a field with a default (processes: null) as always present, as it is.
-        json_schema_serialization_defaults_required=True,
-    )
 
 
 class ProcessOut(ReadModel):

@@ -7,7 +7,6 @@ their camelCase aliases, in declaration order: the field order here is the wire 
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime
 from typing import Annotated, Any
 
 from annotated_types import Ge, Le
@@ -18,32 +17,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
-    PlainSerializer,
     ValidationError,
-    WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-# Python's isoformat ("+00:00"), as the API has always written times; pydantic's own
-# datetime serialization would write "Z".
-IsoTime = Annotated[
-    datetime,
-    PlainSerializer(datetime.isoformat, return_type=str),
-    WithJsonSchema({"type": "string", "format": "date-time"}),
-]
-
-
-class ReadModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        serialize_by_alias=True,
-        from_attributes=True,
-        frozen=True,
-        json_schema_serialization_defaults_required=True,
-    )
+from board.readmodels import IsoTime, ReadModel
 
 
 class WorkspaceSettings(ReadModel):
