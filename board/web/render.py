@@ -13,6 +13,7 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from jinja2 import StrictUndefined
 
 from board.errors import DomainError
 from board.runtime import Runtime
@@ -106,6 +107,8 @@ def static_url(path: str) -> str:
 
 
 templates = Jinja2Templates(directory=str(TEMPLATES))
+# A misspelled name or attribute is an error, not a blank cell.
+templates.env.undefined = StrictUndefined
 templates.env.filters.update(ago=ago, gib=gib, hours=hours, pct=pct, share=share, when=when)
 templates.env.globals.update(
     static_url=static_url,
