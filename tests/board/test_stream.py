@@ -221,3 +221,30 @@ async def test_revoking_the_host_closes_its_socket_at_once(
         assert r.status_code == 200
         await asyncio.wait_for(ws.wait_closed(), 10)
         assert (ws.close_code, ws.close_reason) == (1008, "host revoked")
+
+
+async def test_latest_shape_and_who_may_read_it(
+    app: Any, client: httpx.AsyncClient, served: str
+) -> None:
+    acme = await make_tenant(app, "acme")
+    host = await enroll(client, acme)
+    url = "/api/v1/workspaces/acme/stream/latest"
+    async with agent_socket(served, host["agentToken"]) as ws:
+        await ws.send(util_message())
+        deadline = time.monotonic() + 10
+        while True:
+            r = await client.get(url, headers=acme.auth("member"))
+            assert r.status_code == 200, r.text
+            if r.json()["hosts"] or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+    body = r.json()
+    assert list(body) == ["keepSeconds", "hosts"]
+    assert '"keepSeconds":300,' in r.text  # the configured int, as it was
+    [latest] = body["hosts"]
+    assert list(latest) == ["hostId", "ts", "at", "gpus", "dropped", "secondsAgo"]
+    assert latest["hostId"] == host["hostId"]
+    assert latest["at"].endswith("+00:00")
+    assert [list(g) for g in latest["gpus"]] == [["uuid", "utilPct", "memoryUsedMb"]] * 2
+    assert (await client.get(url, headers=acme.auth("finance"))).status_code == 403
+    assert (await client.get(url, headers=acme.auth("admin"))).status_code == 200
