@@ -5,25 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from board.errors import DomainError, PayloadTooLarge
+from board.errors import DomainError
+from board.httpserver import read_body
 from board.ingest import service
 from board.ingest.store import Outcome
 from board.runtime import Runtime
 
 router = APIRouter(prefix="/agent/v1", tags=["agent"])
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it passes the limit (before any parsing)."""
-    service.check_body_size(request.headers.get("content-length"), limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def observations(request: Request) -> JSONResponse:

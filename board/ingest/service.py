@@ -67,11 +67,6 @@ async def authenticate_agent(runtime: Runtime, authorization: str | None) -> tup
     return host.key
 
 
-def check_body_size(content_length: str | None, limit: int) -> None:
-    if content_length is not None and content_length.isdigit() and int(content_length) > limit:
-        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
-
-
 def parse_snapshot(body: bytes) -> SnapshotIn:
     try:
         return SnapshotIn.model_validate_json(body)

@@ -20,7 +20,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HOUR_US = 3_600_000_000
 ACTIVE_THRESHOLD_PCT = 5
 
-# gpu row: covered, active, idle_held, idle, util_pct_us, mem_used_mb_us, mem_total_mb_us, samples
+# The sums kept per GPU and hour, in the order of a RollupDelta.gpu row.
 GPU_COLUMNS = (
     "covered_us",
     "active_us",
@@ -31,8 +31,14 @@ GPU_COLUMNS = (
     "memory_total_mb_us",
     "sample_count",
 )
+# ... and per GPU, Linux user and hour, in the order of a RollupDelta.user row.
 USER_COLUMNS = ("held_us", "active_us", "idle_held_us")
-_STATE_SLOT = {"active": 1, "idle_held": 2, "idle": 3}
+# Slots of those rows (list indexes: the crediting loop is the ingest path's hottest).
+_COVERED, _ACTIVE, _IDLE_HELD, _IDLE, _UTIL, _MEM_USED, _MEM_TOTAL, _SAMPLES = range(
+    len(GPU_COLUMNS)
+)
+_HELD, _USER_ACTIVE, _USER_IDLE_HELD = range(len(USER_COLUMNS))
+_STATE_SLOT = {"active": _ACTIVE, "idle_held": _IDLE_HELD, "idle": _IDLE}
 # Billed for a card that is held (active or idle-held) while no compute process is named.
 UNKNOWN_USER = "unknown"
 _NOBODY_NAMED = (UNKNOWN_USER,)
@@ -100,12 +106,20 @@ class Tick:
     gpus: tuple[GpuTick, ...]
 
 
+GpuHourKey = tuple[int, int, int]  # (host_id, gpu_id, hour start in µs)
+UserHourKey = tuple[int, int, str, int]  # (host_id, gpu_id, linux_user, hour start in µs)
+
+
 @dataclass
 class RollupDelta:
-    """Changes to the hourly rollups, summed before they are written in one statement."""
+    """Changes to the hourly rollups, summed before they are written in one statement.
 
-    gpu: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
-    user: dict[tuple[int, int, str, int], list[int]] = field(default_factory=dict)
+    Rows are lists of GPU_COLUMNS and USER_COLUMNS sums; keys are plain tuples, built for
+    every GPU of every interval.
+    """
+
+    gpu: dict[GpuHourKey, list[int]] = field(default_factory=dict)
+    user: dict[UserHourKey, list[int]] = field(default_factory=dict)
 
     def credit(self, opener: Tick, end_us: int, max_gap_us: int, sign: int = 1) -> None:
         """Credit (sign=1) or un-credit (sign=-1) the interval opened by `opener`."""
@@ -122,11 +136,11 @@ class RollupDelta:
                 row = self.gpu.get((host, g.gpu_id, hour))
                 if row is None:
                     row = self.gpu[(host, g.gpu_id, hour)] = [0] * 8
-                row[0] += sign * piece
+                row[_COVERED] += sign * piece
                 row[_STATE_SLOT[g.state]] += sign * piece
-                row[4] += sign * g.util_pct * piece
-                row[5] += sign * g.memory_used_mb * piece
-                row[6] += sign * g.memory_total_mb * piece
+                row[_UTIL] += sign * g.util_pct * piece
+                row[_MEM_USED] += sign * g.memory_used_mb * piece
+                row[_MEM_TOTAL] += sign * g.memory_total_mb * piece
                 # billed_users(g.state, g.holders), inlined: the ingest hot path.
                 users = g.holders or (_NOBODY_NAMED if g.state != "idle" else ())
                 if users:
@@ -135,11 +149,11 @@ class RollupDelta:
                         urow = self.user.get((host, g.gpu_id, user, hour))
                         if urow is None:
                             urow = self.user[(host, g.gpu_id, user, hour)] = [0, 0, 0]
-                        urow[0] += share
+                        urow[_HELD] += share
                         if g.state == "active":
-                            urow[1] += share
+                            urow[_USER_ACTIVE] += share
                         elif g.state == "idle_held":
-                            urow[2] += share
+                            urow[_USER_IDLE_HELD] += share
             cursor += piece
 
     def count_samples(self, tick: Tick) -> None:
@@ -148,7 +162,7 @@ class RollupDelta:
             row = self.gpu.get((tick.host_id, g.gpu_id, hour))
             if row is None:
                 row = self.gpu[(tick.host_id, g.gpu_id, hour)] = [0] * 8
-            row[7] += 1
+            row[_SAMPLES] += 1
 
     def credit_insertion(
         self,

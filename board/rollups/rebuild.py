@@ -90,8 +90,9 @@ async def _bounds(
         {"ws": workspace_id, "host": host_id, "from": from_, "to": to, "gap": max_gap},
     )
     row = await cur.fetchone()
-    assert row is not None
-    return row[0] or from_, row[1] or to
+    assert row is not None  # a SELECT without FROM has one row
+    before, after = row
+    return before or from_, after or to
 
 
 async def _host_ticks(
@@ -120,8 +121,17 @@ async def _host_ticks(
 
 
 def _keep_window(delta: RollupDelta, start_us: int, end_us: int) -> None:
-    delta.gpu = {k: v for k, v in delta.gpu.items() if start_us <= k[2] < end_us}
-    delta.user = {k: v for k, v in delta.user.items() if start_us <= k[3] < end_us}
+    """Only the hours inside the window; those outside were replayed only to split intervals."""
+    delta.gpu = {
+        (host, gpu, hour): sums
+        for (host, gpu, hour), sums in delta.gpu.items()
+        if start_us <= hour < end_us
+    }
+    delta.user = {
+        (host, gpu, user, hour): sums
+        for (host, gpu, user, hour), sums in delta.user.items()
+        if start_us <= hour < end_us
+    }
 
 
 async def rebuild(
@@ -175,7 +185,8 @@ async def raw_span(conn: psycopg.AsyncConnection[Any], slug: str) -> RawSpan | N
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"no workspace {slug!r}")
-    workspace_id, max_gap = int(row[0]), timedelta(seconds=int(row[1]))
+    ws, gap_seconds = row
+    workspace_id, max_gap = int(ws), timedelta(seconds=int(gap_seconds))
     cur = await conn.execute(
         "SELECT min(observed_at), max(observed_at) FROM host_observations WHERE workspace_id = %s",
         [workspace_id],
