@@ -1,32 +1,15 @@
 """What the archive endpoints answer: the agent's list, upload and prune results, and
 the host's archive status with its back-fills (`GET …/hosts/{hostId}/archives`).
 
-Attributes are snake_case; the JSON keys are their camelCase aliases, in declaration
-order: the field order here is the wire order.
-"""
+The field order here is the wire order (board.readmodels)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer
-from pydantic.alias_generators import to_camel
-
-# Python's isoformat ("+00:00"), as the board has always written times; pydantic's own
-# datetime serialization would write "Z".
-IsoTime = Annotated[datetime, PlainSerializer(datetime.isoformat, return_type=str)]
+from board.readmodels import IsoTime, ReadModel
 
 BackfillStatus = Literal["waiting", "pending", "running", "done", "failed"]
-
-
-class ReadModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        serialize_by_alias=True,
-        frozen=True,
-    )
 
 
 class ArchiveOut(ReadModel):

@@ -1,31 +1,15 @@
 """The reports as the API shows them (`GET …/reports/usage`, `…/reports/utilization`).
 
-Attributes are snake_case (the usage page reads `report.totals.held_gpu_hours`); the JSON
-keys are their camelCase aliases, in declaration order: the field order here is the wire
-order. The envelope is typed; the rows are built as plain dicts (service.py says why),
-so their models below only document them for `/docs`.
+The usage page reads them by attribute (`report.totals.held_gpu_hours`); the field order
+here is the wire order (board.readmodels). The envelope is typed; the rows are built as
+plain dicts (service.py says why), so their models below only document them for `/docs`.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated
+from pydantic import ConfigDict, Field
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
-from pydantic.alias_generators import to_camel
-
-# Python's isoformat (the report zone's offset, "+00:00" for UTC), as the reports have
-# always written times; pydantic's own datetime serialization would write "Z".
-IsoTime = Annotated[datetime, PlainSerializer(datetime.isoformat, return_type=str)]
-
-
-class ReadModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        serialize_by_alias=True,
-        frozen=True,
-    )
+from board.readmodels import IsoTime, ReadModel
 
 
 class ReportCoverage(ReadModel):
@@ -63,7 +47,12 @@ class UtilizationHead(ReadModel):
     tz: str
 
 
-class UsageRow(ReadModel):
+class _DocumentedRow(ReadModel):
+    # A key field is there only for its groupBy: /docs must not list it as always present.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=False)
+
+
+class UsageRow(_DocumentedRow):
     """One row: the key fields of its groupBy (only those), then its GPU-hours."""
 
     user: str | None = None
@@ -87,7 +76,7 @@ class UsageReportOut(UsageHead):
     coverage: ReportCoverage
 
 
-class UtilizationRow(ReadModel):
+class UtilizationRow(_DocumentedRow):
     """One bucket of one host (hostId, displayName) or GPU (also gpuUuid, gpuIndex,
     gpuName); null averages where nothing was covered or no memory total is known."""
 

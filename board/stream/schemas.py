@@ -1,23 +1,11 @@
 """The stream's JSON for people (`GET …/stream/latest`; the SSE `util` events carry the
 same sample fields, built on the hot path by hub.Sample.event).
 
-Attributes are snake_case; the JSON keys are their camelCase aliases, in declaration
-order: the field order here is the wire order.
-"""
+The field order here is the wire order (board.readmodels)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
-
-
-class ReadModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        serialize_by_alias=True,
-        frozen=True,
-    )
+from board.readmodels import ReadModel
 
 
 class StreamGpu(ReadModel):
