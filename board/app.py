@@ -12,8 +12,7 @@ from fastapi import FastAPI
 
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
-from board.archives.worker import Archives
-from board.db.urls import libpq_url, resolve_database_url
+from board.db.urls import resolve_database_url
 from board.enrollment.routes import router as enrollment_router
 from board.errors import install_error_handlers
 from board.hosts.routes import router as hosts_router
@@ -70,10 +69,6 @@ def create_app(
         runtime = Runtime.create(settings, resolve_database_url(settings))
         await runtime.start()
         app.state.runtime = runtime
-        runtime.stream.keep_seconds = settings.stream_keep_seconds
-        await runtime.stream.start(libpq_url(runtime.database_url), runtime.pool)
-        runtime.archives = Archives(runtime)
-        await runtime.archives.start()
         task = asyncio.create_task(maintenance_loop(runtime)) if run_maintenance else None
         if tune_gc_after_start:
             tune_gc()
@@ -84,8 +79,6 @@ def create_app(
                 task.cancel()
                 with suppress(asyncio.CancelledError):
                     await task
-            await runtime.archives.stop()
-            await runtime.stream.stop()
             await runtime.stop()
 
     # redirect_slashes off: Starlette's slash redirect names the request's Host header in

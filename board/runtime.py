@@ -1,24 +1,28 @@
-"""What one board process holds: settings, the SQLAlchemy engine, the raw pool, the writer."""
+"""The composition root: what one board process holds, built and started in one place.
+
+Settings, the SQLAlchemy engine and sessions, the raw pool (kit), and each domain's
+long-lived parts: the ingest writer, the agent-access cache, the live stream hub, the
+archive back-fill worker. Domains never import this module; routes reach these parts
+through the kit's and their domain's dependencies, which read `app.state.runtime`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from board.db.deps import SessionDep
+from board.archives.worker import Archives
 from board.db.engine import make_engine, make_sessionmaker
 from board.db.urls import libpq_url
-from board.ingest.access import REVOKE_CHANNEL, AgentAccess
+from board.hosts.revocation import REVOKE_CHANNEL
+from board.ingest.access import AgentAccess
 from board.ingest.writer import IngestWriter
 from board.settings import Settings
 from board.stream.hub import StreamHub
-
-if TYPE_CHECKING:
-    from board.archives.worker import Archives
 
 
 @dataclass
@@ -29,9 +33,8 @@ class Runtime:
     sessions: async_sessionmaker[AsyncSession]
     pool: AsyncConnectionPool[Any]
     writer: IngestWriter
-    # The live utilization stream and the archive back-fill worker, run by the app's lifespan.
-    stream: StreamHub = field(default_factory=StreamHub)
-    archives: Archives | None = None
+    stream: StreamHub
+    archives: Archives
     # Agent token -> host, not revoked (board/ingest/access.py); its cache is cleared by
     # revocation notices that arrive on the stream hub's listener connection.
     access: AgentAccess = field(init=False)
@@ -60,20 +63,27 @@ class Runtime:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             libpq_url(database_url), min_size=1, max_size=6, open=False
         )
+        writer = IngestWriter(pool, max_batch=settings.ingest_max_batch)
         return cls(
             settings=settings,
             database_url=database_url,
             engine=engine,
             sessions=make_sessionmaker(engine),
             pool=pool,
-            writer=IngestWriter(pool, max_batch=settings.ingest_max_batch),
+            writer=writer,
+            stream=StreamHub(keep_seconds=settings.stream_keep_seconds),
+            archives=Archives(pool, settings, writer),
         )
 
     async def start(self) -> None:
         await self.pool.open(wait=True)
         await self.writer.start()
+        await self.stream.start(libpq_url(self.database_url), self.pool)
+        await self.archives.start()
 
     async def stop(self) -> None:
+        await self.archives.stop()
+        await self.stream.stop()
         await self.writer.stop()
         await self.pool.close()
         await self.engine.dispose()
@@ -85,8 +95,5 @@ async def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
+# For the pages (board.web) and entry points only; domains use the kit's dependencies.
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-
-
-# Kept importable from here while modules move to board.db.deps.
-__all__ = ["Runtime", "RuntimeDep", "SessionDep", "get_runtime"]

@@ -70,16 +70,10 @@ class Archives:
     def __init__(
         self,
         pool: AsyncConnectionPool[Any],
-        settings: Settings | None = None,
-        writer: IngestWriter | None = None,
+        settings: Settings,
+        writer: IngestWriter,
         store: ArchiveStore | None = None,
     ) -> None:
-        # TRANSITION (issue 13): board/app.py still calls Archives(runtime); once it passes
-        # (runtime.pool, runtime.settings, runtime.writer), these lines and the `None`
-        # defaults go.
-        if settings is None or writer is None:
-            runtime: Any = pool
-            pool, settings, writer = runtime.pool, runtime.settings, runtime.writer
         self.pool = pool
         self.settings = settings
         self.writer = writer

@@ -8,7 +8,10 @@ so that the agent side reads hosts and hosts never reads the agent side.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Annotated, Protocol
+
+from fastapi import Depends
+from starlette.requests import HTTPConnection
 
 REVOKE_CHANNEL = "gua_revoke"
 
@@ -30,3 +33,12 @@ def parse_revocation(payload: str) -> HostKey | None:
     if not (workspace.isdigit() and host.isdigit()):
         return None
     return (int(workspace), int(host))
+
+
+async def revocation_listener(connection: HTTPConnection) -> RevocationListener:
+    """This process's listener: the runtime on app.state (built by the composition root)."""
+    listener: RevocationListener = connection.app.state.runtime
+    return listener
+
+
+RevocationListenerDep = Annotated[RevocationListener, Depends(revocation_listener)]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from board.auth.deps import AdminDep, ReaderDep
+from board.db.deps import SessionDep
 from board.hosts import service
+from board.hosts.revocation import RevocationListenerDep
 from board.hosts.schemas import HostListOut, HostOut, RevokedHostOut
-from board.runtime import RuntimeDep, SessionDep
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/hosts", tags=["hosts"])
 
@@ -24,7 +25,7 @@ async def get_host(host_id: str, ctx: ReaderDep, session: SessionDep) -> HostOut
 
 @router.post("/{host_id}/revoke", response_model=RevokedHostOut)
 async def revoke_host(
-    host_id: str, ctx: AdminDep, session: SessionDep, runtime: RuntimeDep
+    host_id: str, ctx: AdminDep, session: SessionDep, listener: RevocationListenerDep
 ) -> RevokedHostOut:
-    host = await service.revoke_host(session, runtime, ctx, host_id)
+    host = await service.revoke_host(session, listener, ctx, host_id)
     return RevokedHostOut(host_id=host_id, revoked_at=host.revoked_at)

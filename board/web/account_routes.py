@@ -10,8 +10,9 @@ from board.auth import web_sessions
 from board.auth.deps import PasswordGateDep, member_context
 from board.auth.models import User
 from board.auth.passwords import PasswordsBusy
+from board.db.deps import SessionDep
 from board.errors import DomainError, Forbidden, Unprocessable
-from board.runtime import RuntimeDep, SessionDep
+from board.runtime import RuntimeDep
 from board.web.deps import CsrfDep, SignedInDep
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session

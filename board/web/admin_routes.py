@@ -11,10 +11,11 @@ from board.auth import web_sessions
 from board.auth.deps import PasswordGateDep
 from board.auth.models import ROLES
 from board.auth.passwords import PasswordsBusy
+from board.db.deps import SessionDep
 from board.enrollment import service as enrollment
 from board.errors import DomainError, TooManyRequests
 from board.hosts import service as hosts
-from board.runtime import RuntimeDep, SessionDep
+from board.runtime import RuntimeDep
 from board.web.deps import AdminPageDep, CsrfDep, Page
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces

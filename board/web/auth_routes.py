@@ -9,7 +9,8 @@ from fastapi import APIRouter, Form, Request, Response
 from board.auth import signin_limits, web_sessions
 from board.auth.deps import PasswordGateDep, memberships_of
 from board.auth.passwords import PasswordsBusy
-from board.runtime import RuntimeDep, SessionDep
+from board.db.deps import SessionDep
+from board.runtime import RuntimeDep
 from board.web.deps import (
     CsrfDep,
     SignedInDep,

@@ -11,8 +11,9 @@ from fastapi import Depends, Path, Request
 from board.auth import web_sessions
 from board.auth.deps import WorkspaceContext, member_context, memberships_of
 from board.auth.signin_limits import SignInLimits
+from board.db.deps import SessionDep
 from board.errors import Forbidden
-from board.runtime import RuntimeDep, SessionDep
+from board.runtime import RuntimeDep
 from board.web.sessions import CSRF_FIELD, WebSession, read_session
 
 

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from board.db.connection import report_connection
+from board.db.deps import SessionDep
 from board.hosts import service as hosts
 from board.hosts.models import Host
 from board.reports import service as reports
 from board.reports.params import parse_window
-from board.runtime import RuntimeDep, SessionDep
+from board.runtime import RuntimeDep
 from board.stream.sse import sse_response
 from board.web.charts import percent_chart
 from board.web.deps import MemberPageDep, Page, PageDep
