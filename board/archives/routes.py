@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
+from psycopg_pool import AsyncConnectionPool
+from starlette.requests import HTTPConnection
 
 from board.archives import service
 from board.archives.schemas import ArchiveListOut, HostArchivesOut, PruneOut, UploadOut
 from board.archives.worker import Archives
 from board.auth.deps import ReaderDep
-from board.db.deps import SessionDep
+from board.db.deps import PoolDep, SessionDep
 from board.errors import DomainError, ServiceUnavailable
 from board.hosts.rejections import record_rejection
 from board.httpserver import read_body
-from board.runtime import Runtime, RuntimeDep
+from board.ingest.access import AgentAccess
+from board.ingest.deps import AccessDep
+from board.settings import SettingsDep
+
+Pool = AsyncConnectionPool[Any]
 
 agent_router = APIRouter(prefix="/agent/v1/archives", tags=["agent"])
 api_router = APIRouter(
@@ -23,29 +29,33 @@ api_router = APIRouter(
 )
 
 
-async def get_archives(runtime: RuntimeDep) -> Archives:
-    # async: a plain def dependency would run in the threadpool on every call
-    if runtime.archives is None:
+async def get_archives(connection: HTTPConnection) -> Archives:
+    """This process's archive worker, built by the composition root (board.runtime).
+
+    async: a plain def dependency would run in the threadpool on every call.
+    """
+    archives: Archives | None = getattr(connection.app.state.runtime, "archives", None)
+    if archives is None:
         raise ServiceUnavailable("Archives are not available on this board process.")
-    return runtime.archives
+    return archives
 
 
 ArchivesDep = Annotated[Archives, Depends(get_archives)]
 Authorization = Annotated[str | None, Header()]
 
 
-async def _agent(runtime: Runtime, authorization: str | None) -> tuple[int, int]:
+async def _agent(access: AgentAccess, authorization: str | None) -> tuple[int, int]:
     """The agent's host, looked up in the database on every call (the one seam's
     `fresh` lookup): archive calls are rare and act outside the ingest transaction's
     own revocation re-check."""
-    host = await runtime.access.authenticate(authorization, fresh=True)
+    host = await access.authenticate(authorization, fresh=True)
     return host.key
 
 
-async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainError) -> None:
+async def _rejected(pool: Pool, principal: tuple[int, int], exc: DomainError) -> None:
     """A refused upload shows on the host like a refused push, with the reason."""
     await record_rejection(
-        runtime.pool,
+        pool,
         principal[0],
         principal[1],
         "archive_rejected",
@@ -56,9 +66,9 @@ async def _rejected(runtime: Runtime, principal: tuple[int, int], exc: DomainErr
 
 @agent_router.get("")
 async def list_archives(
-    runtime: RuntimeDep, session: SessionDep, authorization: Authorization = None
+    access: AccessDep, session: SessionDep, authorization: Authorization = None
 ) -> ArchiveListOut:
-    workspace_id, host_id = await _agent(runtime, authorization)
+    workspace_id, host_id = await _agent(access, authorization)
     objects = await service.list_archives(session, workspace_id, host_id)
     return ArchiveListOut(archives=[service.object_view(o) for o in objects])
 
@@ -66,22 +76,24 @@ async def list_archives(
 @agent_router.post("", status_code=201)
 async def upload_archive(
     request: Request,
-    runtime: RuntimeDep,
+    access: AccessDep,
+    settings: SettingsDep,
+    pool: PoolDep,
     session: SessionDep,
     archives: ArchivesDep,
     date: Annotated[str | None, Query()] = None,
     table: Annotated[str | None, Query()] = None,
     authorization: Authorization = None,
 ) -> UploadOut:
-    principal = await _agent(runtime, authorization)
+    principal = await _agent(access, authorization)
     try:
-        target = service.parse_target(table, date, datetime.now(UTC), runtime.settings)
-        body = await read_body(request, runtime.settings.archive_max_bytes)
+        target = service.parse_target(table, date, datetime.now(UTC), settings)
+        body = await read_body(request, settings.archive_max_bytes)
         result = await service.store_archive(
-            session, archives.store, runtime.settings, principal, target, body
+            session, archives.store, settings, principal, target, body
         )
     except DomainError as exc:
-        await _rejected(runtime, principal, exc)
+        await _rejected(pool, principal, exc)
         raise
     await session.commit()  # the worker must see the object when it wakes
     archives.kick()
@@ -90,13 +102,13 @@ async def upload_archive(
 
 @agent_router.delete("")
 async def prune_archives(
-    runtime: RuntimeDep,
+    access: AccessDep,
     session: SessionDep,
     archives: ArchivesDep,
     olderThanDays: Annotated[str | None, Query()] = None,  # the agent's spelling
     authorization: Authorization = None,
 ) -> PruneOut:
-    principal = await _agent(runtime, authorization)
+    principal = await _agent(access, authorization)
     days = service.parse_older_than_days(olderThanDays)
     keys = await service.prune(session, principal, days, datetime.now(UTC))
     await session.commit()  # objects go only once nothing points at them

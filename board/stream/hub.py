@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
+from fastapi import Depends
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
+from starlette.requests import HTTPConnection
 
 log = logging.getLogger(__name__)
 
@@ -317,3 +319,12 @@ class StreamHub:
             self._subscribers[workspace_id].discard(sub)
             if not self._subscribers[workspace_id]:
                 del self._subscribers[workspace_id]
+
+
+async def stream_hub(connection: HTTPConnection) -> StreamHub:
+    """This process's hub, built by the composition root (board.runtime)."""
+    hub: StreamHub = connection.app.state.runtime.stream
+    return hub
+
+
+HubDep = Annotated[StreamHub, Depends(stream_hub)]

@@ -16,8 +16,8 @@ from board.auth.deps import MemberDep
 from board.db.deps import SessionDep
 from board.errors import Unauthorized
 from board.ingest.access import AgentAccess, AgentHost, HostWatch
-from board.runtime import Runtime, RuntimeDep
-from board.stream.hub import Sample
+from board.ingest.deps import AccessDep
+from board.stream.hub import HubDep, Sample
 from board.stream.messages import parse_util
 from board.stream.schemas import LatestSample, StreamLatest
 from board.stream.sse import sse_response
@@ -76,21 +76,19 @@ async def _close_when_revoked(
 
 
 @agent_router.websocket("/stream")
-async def agent_stream(websocket: WebSocket) -> None:
+async def agent_stream(websocket: WebSocket, access: AccessDep, hub: HubDep) -> None:
     """Agent → board. The agent never reads, so the board never sends a data frame."""
-    runtime: Runtime = websocket.app.state.runtime
     try:
-        host = await runtime.access.authenticate(websocket.headers.get("authorization"))
+        host = await access.authenticate(websocket.headers.get("authorization"))
     except Unauthorized as exc:
         await _deny(websocket, exc.detail)
         return
     await websocket.accept()
-    hub = runtime.stream
     hub.stats["connections"] += 1
     bad = 0
     last_sent = 0.0
-    with runtime.access.watch(host) as watch:
-        guard = asyncio.create_task(_close_when_revoked(websocket, runtime.access, host, watch))
+    with access.watch(host) as watch:
+        guard = asyncio.create_task(_close_when_revoked(websocket, access, host, watch))
         try:
             while not watch.revoked:
                 message = await websocket.receive()
@@ -139,24 +137,24 @@ async def agent_stream(websocket: WebSocket) -> None:
 async def workspace_stream(
     ctx: MemberDep,
     session: SessionDep,
-    runtime: RuntimeDep,
+    hub: HubDep,
     hostId: Annotated[str | None, Query()] = None,  # the API's camelCase
 ) -> StreamingResponse:
     """Live utilization of the workspace's hosts (or one), as Server-Sent Events."""
     # A browser may listen for hours: hold no database connection meanwhile.
     await session.commit()
-    return sse_response(runtime.stream, ctx.workspace_id, hostId)
+    return sse_response(hub, ctx.workspace_id, hostId)
 
 
 @api_router.get("/latest")
-async def latest(ctx: MemberDep, runtime: RuntimeDep) -> StreamLatest:
+async def latest(ctx: MemberDep, hub: HubDep) -> StreamLatest:
     """Which hosts streamed lately and their newest sample (else: use the snapshots)."""
     newest: dict[str, Sample] = {}
-    for sample in runtime.stream.recent(ctx.workspace_id):
+    for sample in hub.recent(ctx.workspace_id):
         newest[sample.host_id] = sample
     now = time.monotonic()
     return StreamLatest(
-        keep_seconds=runtime.stream.keep_seconds,
+        keep_seconds=hub.keep_seconds,
         hosts=[
             LatestSample.model_validate({**s.event(), "secondsAgo": round(now - s.received, 3)})
             for s in newest.values()
