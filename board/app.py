@@ -7,8 +7,10 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import Literal
 
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
@@ -19,7 +21,7 @@ from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware, RequestGuardMiddleware
 from board.ingest.routes import router as ingest_router
 from board.logs import install_redaction
-from board.partitions.scheduler import maintenance_loop
+from board.maintenance import maintenance_loop
 from board.reports.routes import router as reports_router
 from board.runtime import Runtime
 from board.settings import Settings, get_settings
@@ -30,6 +32,10 @@ from board.workspaces.routes import me_router
 from board.workspaces.routes import router as workspaces_router
 
 log = logging.getLogger(__name__)
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
 
 
 # The collector's default first threshold (700 allocations) runs a collection every
@@ -108,7 +114,7 @@ def create_app(
     install_web(app)
 
     @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> Health:
+        return Health(status="ok")
 
     return app

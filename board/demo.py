@@ -38,7 +38,7 @@ from board.enrollment import service as enrollment
 from board.errors import NotFound
 from board.hosts.models import Host
 from board.httpserver import uvicorn_options
-from board.partitions.scheduler import maintain_once
+from board.maintenance import maintain_once
 from board.runtime import Runtime
 from board.settings import Settings
 from board.workspaces import service as workspaces

@@ -9,7 +9,6 @@ from board.errors import DomainError
 from board.httpserver import read_body
 from board.ingest import service
 from board.ingest.store import Outcome
-from board.runtime import Runtime
 
 router = APIRouter(prefix="/agent/v1", tags=["agent"])
 
@@ -22,7 +21,7 @@ async def observations(request: Request) -> JSONResponse:
     per observation (docs/benchmarks.md). Errors still render through the app's
     handlers, so every 4xx carries a string `detail`.
     """
-    runtime: Runtime = request.app.state.runtime
+    runtime: service.IngestParts = request.app.state.runtime
     # The token first: a stranger learns nothing about what the endpoint accepts, and
     # what a host's agent gets wrong is counted on that host.
     principal = await service.authenticate_agent(runtime, request.headers.get("authorization"))

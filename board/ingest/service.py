@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
+from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from board.errors import (
@@ -17,11 +19,22 @@ from board.errors import (
     describe_validation_errors,
 )
 from board.hosts.rejections import record_rejection, safe_text
-from board.ingest.access import BAD_TOKEN
+from board.ingest.access import BAD_TOKEN, AgentAccess
 from board.ingest.normalize import Observation
 from board.ingest.schemas import SnapshotIn
 from board.ingest.store import Outcome, TooManyGpus
-from board.runtime import Runtime
+from board.ingest.writer import IngestWriter
+from board.settings import Settings
+
+
+class IngestParts(Protocol):
+    """What the agent side needs of its process (board.runtime.Runtime has it all)."""
+
+    settings: Settings
+    pool: AsyncConnectionPool[Any]
+    writer: IngestWriter
+    access: AgentAccess
+
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +74,7 @@ def invalid(exc: ValidationError) -> DomainError:
     )
 
 
-async def authenticate_agent(runtime: Runtime, authorization: str | None) -> tuple[int, int]:
+async def authenticate_agent(runtime: IngestParts, authorization: str | None) -> tuple[int, int]:
     """The (workspace_id, host_id) an agent token belongs to; never from the payload."""
     host = await runtime.access.authenticate(authorization)
     return host.key
@@ -74,7 +87,7 @@ def parse_snapshot(body: bytes) -> SnapshotIn:
         raise invalid(exc) from None
 
 
-def check_observed_at(observed_at: datetime, now: datetime, runtime: Runtime) -> None:
+def check_observed_at(observed_at: datetime, now: datetime, runtime: IngestParts) -> None:
     settings = runtime.settings
     if observed_at > now + timedelta(seconds=settings.max_future_seconds):
         raise Unprocessable(
@@ -98,7 +111,7 @@ _REASONS = {
 
 
 async def accept_observation(
-    runtime: Runtime, principal: tuple[int, int], body: bytes
+    runtime: IngestParts, principal: tuple[int, int], body: bytes
 ) -> tuple[Outcome, datetime]:
     """Validate and store one push; a rejection is counted on the host, then re-raised."""
     workspace_id, host_id = principal
@@ -136,7 +149,9 @@ async def accept_observation(
     return outcome, observed_at
 
 
-async def record_refused(runtime: Runtime, principal: tuple[int, int], exc: DomainError) -> None:
+async def record_refused(
+    runtime: IngestParts, principal: tuple[int, int], exc: DomainError
+) -> None:
     """A push refused before its body was parsed (413, 415), counted on the host."""
     reason = _REASONS.get(exc.status_code, "rejected")
     await record_rejection(
