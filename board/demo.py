@@ -31,6 +31,7 @@ from agent.model import ERROR_NVML_INIT_FAILED, ERROR_PROCESS_LIST_UNAVAILABLE, 
 from agent.payload import HostIdentity, build_observation
 from board.app import create_app
 from board.auth import tokens
+from board.auth.models import Membership, User
 from board.auth.passwords import hash_password
 from board.db import migrate
 from board.db.urls import resolve_database_url
@@ -42,7 +43,6 @@ from board.maintenance import maintain_once
 from board.runtime import Runtime
 from board.settings import Settings
 from board.workspaces import service as workspaces
-from board.workspaces.models import Membership, User
 
 log = logging.getLogger(__name__)
 

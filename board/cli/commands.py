@@ -208,8 +208,8 @@ def remove_member(args: argparse.Namespace) -> int:
 def revoke_api_token(args: argparse.Namespace) -> int:
     from sqlalchemy import func, update
 
+    from board.auth.models import ApiToken
     from board.workspaces import service
-    from board.workspaces.models import ApiToken
 
     async def run(session: AsyncSession) -> int:
         workspace = await service.get_workspace(session, args.workspace)
@@ -234,7 +234,7 @@ def revoke_api_token(args: argparse.Namespace) -> int:
 def _user_id(session: AsyncSession, email: str) -> Awaitable[int | None]:
     from sqlalchemy import select
 
-    from board.workspaces.models import User
+    from board.auth.models import User
 
     return session.scalar(select(User.id).where(User.email == email.strip().lower()))
 

@@ -23,7 +23,7 @@ from board.app import create_app
 from board.auth.passwords import PasswordGate, PasswordsBusy
 from board.settings import Settings
 from board.workspaces.schemas import IssuedApiToken
-from tests.board.helpers import make_tenant
+from tests.board.builders import make_tenant
 from tests.web.helpers import PASSWORD, csrf_of, sign_in
 
 

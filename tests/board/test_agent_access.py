@@ -12,8 +12,8 @@ from websockets.exceptions import InvalidStatus
 
 from board.auth import tokens
 from board.runtime import Runtime
+from tests.board.builders import enroll, example, make_tenant, retimed
 from tests.board.db import execute
-from tests.board.helpers import enroll, example, make_tenant, retimed
 from tests.board.test_revocation import refuses_token, serve
 from tests.board.test_stream import agent_socket
 

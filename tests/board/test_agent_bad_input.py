@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.board.builders import enroll, example, make_tenant, retimed
 from tests.board.db import scalar
-from tests.board.helpers import enroll, example, make_tenant, retimed
 
 
 def _body(**changes: Any) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from datetime import timedelta
 
+from tests.board.builders import enroll, example, make_tenant, minutes_ago, push, retimed
 from tests.board.db import scalar
-from tests.board.helpers import enroll, example, make_tenant, minutes_ago, push, retimed
 
 
 async def _host(client, tenant, host_id, role="member"):

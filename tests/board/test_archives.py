@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
+from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.db import rows, scalar
-from tests.board.helpers import Tenant, enroll, make_tenant, push
 
 GPU_SAMPLE = [
     "ts",

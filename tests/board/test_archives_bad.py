@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.board.builders import enroll, make_tenant
 from tests.board.db import scalar
-from tests.board.helpers import enroll, make_tenant
 from tests.board.test_archives import (
     GPU_SAMPLE,
     archive_of,

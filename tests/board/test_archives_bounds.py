@@ -19,8 +19,8 @@ from board.archives import service
 from board.archives.csvfile import BadArchive, Limits, Stopped, validate
 from board.errors import Unprocessable
 from board.settings import Settings
+from tests.board.builders import enroll, make_tenant
 from tests.board.db import execute, rows
-from tests.board.helpers import enroll, make_tenant
 from tests.board.test_archives import (
     GPU_DEVICE,
     GPU_SAMPLE,

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.board.helpers import enroll, make_tenant
+from tests.board.builders import enroll, make_tenant
 from tests.board.test_archives import (
     DAEMON_RUN,
     archive_of,

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from board.reports.csv import csv_cells, spreadsheet_text
+from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.db import execute
-from tests.board.helpers import Tenant, enroll, make_tenant, push
 from tests.board.test_reports_builders import days_ago_midnight, gpu, observation, proc
 from tests.web.helpers import sign_in
 

@@ -8,8 +8,8 @@ import pytest
 
 from board.enrollment import service
 from board.workspaces.service import get_workspace
+from tests.board.builders import make_tenant
 from tests.board.db import scalar
-from tests.board.helpers import make_tenant
 
 
 async def _issue(client, tenant, **body):

@@ -15,8 +15,8 @@ from board.ingest.normalize import Observation
 from board.ingest.schemas import SnapshotIn
 from board.ingest.store import TooManyGpus
 from board.runtime import Runtime
+from tests.board.builders import Tenant, enroll, example, make_tenant, push, retimed
 from tests.board.db import scalar
-from tests.board.helpers import Tenant, enroll, example, make_tenant, push, retimed
 from tests.board.test_revocation import client_of, second_app  # noqa: F401
 
 

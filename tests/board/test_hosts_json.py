@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from tests.board.helpers import (
+from tests.board.builders import (
     LOCAL_EXAMPLES,
     enroll,
     example,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from tests.board.builders import enroll, example, make_tenant, minutes_ago, push, retimed
 from tests.board.db import rows, scalar
-from tests.board.helpers import enroll, example, make_tenant, minutes_ago, push, retimed
 
 
 async def _figures(app, slug: str) -> list[tuple]:

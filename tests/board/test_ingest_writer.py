@@ -6,8 +6,8 @@ import asyncio
 from datetime import timedelta
 
 from board.ingest import writer
+from tests.board.builders import enroll, example, make_tenant, minutes_ago, push, retimed
 from tests.board.db import execute, rows, scalar
-from tests.board.helpers import enroll, example, make_tenant, minutes_ago, push, retimed
 
 
 async def test_one_bad_item_does_not_fail_its_batch(app, client, monkeypatch) -> None:

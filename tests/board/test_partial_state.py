@@ -29,7 +29,7 @@ from board.db.urls import libpq_url
 from board.ingest.normalize import decode_tick, encode_tick
 from board.rollups.crediting import GpuTick, RollupDelta, Tick, billed_users, derive_state
 from board.rollups.rebuild import rebuild
-from tests.board.helpers import enroll, make_tenant, push
+from tests.board.builders import enroll, make_tenant, push
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,

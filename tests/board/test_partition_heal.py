@@ -9,8 +9,8 @@ import httpx
 from fastapi import FastAPI
 
 from board.partitions.maintenance import PARTITIONED_TABLES, partition_name
+from tests.board.builders import enroll, example, make_tenant, push, retimed
 from tests.board.db import execute, scalar
-from tests.board.helpers import enroll, example, make_tenant, push, retimed
 
 
 async def drop_day(app: FastAPI, day: datetime) -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from board.db.base import Base
 from board.partitions.maintenance import PARTITIONED_TABLES, partition_name, run_maintenance
+from tests.board.builders import enroll, example, make_tenant, push, retimed
 from tests.board.db import scalar
-from tests.board.helpers import enroll, example, make_tenant, push, retimed
 
 
 async def _children(conn, table: str) -> set[str]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.board.helpers import Tenant, enroll, push
+from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,

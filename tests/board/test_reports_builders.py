@@ -15,7 +15,7 @@ import psycopg
 
 from board.runtime import Runtime
 from board.workspaces import service as workspaces
-from tests.board.helpers import Tenant
+from tests.board.builders import Tenant
 
 _pids = itertools.count(1000)
 _slugs = itertools.count(1)

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from board.db.urls import libpq_url
-from tests.board.helpers import enroll, push
+from tests.board.builders import enroll, push
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.board.helpers import enroll, push
+from tests.board.builders import enroll, push
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,

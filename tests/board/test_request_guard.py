@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from board.logs import RedactSecrets, redact
-from tests.board.helpers import make_tenant
+from tests.board.builders import make_tenant
 from tests.web.helpers import sign_in
 
 

@@ -24,8 +24,8 @@ from board.app import create_app
 from board.auth import tokens
 from board.runtime import Runtime
 from board.settings import Settings
+from tests.board.builders import enroll, example, make_tenant, retimed
 from tests.board.db import execute
-from tests.board.helpers import enroll, example, make_tenant, retimed
 from tests.board.test_stream import _free_port, agent_socket, util_message
 from tests.web.helpers import csrf_of, sign_in
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from board.db.urls import libpq_url
 from board.rollups.rebuild import rebuild
-from tests.board.helpers import enroll, push
+from tests.board.builders import enroll, push
 from tests.board.test_reports_builders import (
     day_rollups_mismatch,
     days_ago_midnight,

@@ -12,7 +12,7 @@ import psycopg
 from board.cli.rollups import rebuild_command
 from board.db.urls import libpq_url
 from board.rollups.rebuild import rebuild
-from tests.board.helpers import enroll, push
+from tests.board.builders import enroll, push
 from tests.board.test_reports_builders import (
     day_rollups_mismatch,
     days_ago_midnight,

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tests.board.helpers import enroll, example, make_tenant, push, retimed
+from tests.board.builders import enroll, example, make_tenant, push, retimed
 
 
 async def test_enroll_push_list(app, client) -> None:

@@ -16,7 +16,7 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
-from tests.board.helpers import enroll, make_tenant
+from tests.board.builders import enroll, make_tenant
 
 
 def util_message(uuids: tuple[str, ...] = ("GPU-0", "GPU-1"), util: int = 2) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.board.helpers import enroll, make_tenant
+from tests.board.builders import enroll, make_tenant
 from tests.board.test_stream import SseReader, agent_socket, sse, util_message
 from tests.interop.conftest import LiveBoard, start_board, stop_board
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.board.helpers import enroll, example, make_tenant, push, retimed
+from tests.board.builders import enroll, example, make_tenant, push, retimed
 from tests.web.helpers import csrf_of, sign_in
 
 QUERY = "?from=2026-11-01&to=2026-11-02"

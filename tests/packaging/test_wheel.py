@@ -21,7 +21,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.board.helpers import example, retimed
+from tests.board.builders import example, retimed
 from tests.conftest import _as_url, _url_for
 from tests.interop.conftest import clean_env, free_port
 

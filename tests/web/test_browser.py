@@ -14,8 +14,8 @@ from playwright.async_api import expect
 from sqlalchemy import select
 
 from agent.fake import FakeCollector
+from board.auth.models import User
 from board.workspaces import service as workspaces
-from board.workspaces.models import User
 from tests.web.helpers import browser_sign_in, screenshots
 
 CARD_STATES = {

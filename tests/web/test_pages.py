@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from board.web import admin_routes, fleet_routes, usage_routes
-from tests.board.helpers import enroll, example, make_tenant, push, retimed
+from tests.board.builders import enroll, example, make_tenant, push, retimed
 from tests.web.helpers import PASSWORD, csrf_of, sign_in
 
 

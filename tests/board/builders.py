@@ -1,4 +1,4 @@
-"""Plain helpers for board tests: people, hosts and payloads as released agents send them."""
+"""Builders for board tests: workspaces, people, enrolled hosts, agent payloads."""
 
 from __future__ import annotations
 
