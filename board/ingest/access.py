@@ -5,8 +5,8 @@ upload, prune) and the live stream's WebSocket. It lives in `ingest` because it 
 the agent side's rule, next to the routes that need it on every push; `hosts` only
 owns the revoke itself (`board/hosts/service.py: revoke_host`), which tells this
 module through `forget_host` — directly in the revoking process, and through a
-PostgreSQL notification (`REVOKE_CHANNEL`, sent in the revoking transaction, so it is
-delivered once and only if that commits) in every other one.
+PostgreSQL notification (`board/hosts/revocation.py`, sent in the revoking
+transaction, so it is delivered once and only if that commits) in every other one.
 
 A per-process cache spares the hot path its lookup. It is trusted only while the
 stream hub's listener connection is up, and an entry only under the listener epoch
@@ -35,16 +35,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from board.auth import tokens
 from board.errors import Unauthorized
+from board.hosts.revocation import HostKey as HostKey
+from board.hosts.revocation import parse_revocation
 
 log = logging.getLogger(__name__)
 
-REVOKE_CHANNEL = "gua_revoke"
 BAD_TOKEN = "Invalid or missing agent token; enroll the host again if it was revoked."
 # An agent token is about 60 characters; a longer bearer value is not one (and is not
 # hashed or looked up), whatever size the server let the header be.
 MAX_TOKEN_CHARS = 256
-
-HostKey = tuple[int, int]  # (workspace_id, host_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,17 +71,6 @@ class HostWatch:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.revoked = False
-
-
-def revocation_payload(workspace_id: int, host_id: int) -> str:
-    return f"{workspace_id}:{host_id}"
-
-
-def parse_revocation(payload: str) -> HostKey | None:
-    workspace, _, host = payload.partition(":")
-    if not (workspace.isdigit() and host.isdigit()):
-        return None
-    return (int(workspace), int(host))
 
 
 class AgentAccess:
