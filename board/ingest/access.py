@@ -121,7 +121,10 @@ class AgentAccess:
                 [digest],
             )
             row = await cur.fetchone()
-        return AgentHost(int(row[0]), int(row[1]), str(row[2])) if row else None
+        if row is None:
+            return None
+        workspace_id, host_id, public_id = row
+        return AgentHost(int(workspace_id), int(host_id), str(public_id))
 
     async def still_allowed(self, host: AgentHost) -> bool:
         """Whether the host is still not revoked, read from the database now."""

@@ -153,7 +153,8 @@ async def record_refused(
     runtime: IngestParts, principal: tuple[int, int], exc: DomainError
 ) -> None:
     """A push refused before its body was parsed (413, 415), counted on the host."""
+    workspace_id, host_id = principal
     reason = _REASONS.get(exc.status_code, "rejected")
     await record_rejection(
-        runtime.pool, principal[0], principal[1], reason, exc.detail, datetime.now(UTC)
+        runtime.pool, workspace_id, host_id, reason, exc.detail, datetime.now(UTC)
     )
