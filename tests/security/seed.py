@@ -9,9 +9,6 @@ log line may carry it.
 from __future__ import annotations
 
 import copy
-import csv
-import gzip
-import io
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -19,6 +16,7 @@ from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.board.test_archives import GPU_SAMPLE, PROC_SAMPLE, gz_csv
 from tests.security.live import Board, Reply
 
 _HERE = Path(__file__).resolve().parent
@@ -27,29 +25,6 @@ EXAMPLES = (
     _HERE.parents[2] / "shared" / "contract" / "examples",
     _HERE.parent / "board" / "examples",
 )
-GPU_SAMPLE = [
-    "ts",
-    "gpu_uuid",
-    "util_pct",
-    "run_id",
-    "usage_state",
-    "gpu_index",
-    "memory_used_mb",
-    "temperature_c",
-    "power_w",
-]
-PROC_SAMPLE = [
-    "ts",
-    "gpu_uuid",
-    "pid",
-    "mem_used_mb",
-    "loginuid_user",
-    "owner_user",
-    "run_id",
-    "gpu_index",
-    "process_name",
-    "process_type",
-]
 
 
 def unique(base: str) -> str:
@@ -249,14 +224,6 @@ def push_history(board: Board, host: Host, **names: Any) -> None:
 
 def yesterday() -> datetime:
     return datetime.combine(datetime.now(UTC).date() - timedelta(days=1), time(), UTC)
-
-
-def gz_csv(header: list[str], rows: list[list[Any]]) -> bytes:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(header)
-    writer.writerows(rows)
-    return gzip.compress(buffer.getvalue().encode(), 6)
 
 
 def upload_archive(board: Board, host: Host, table: str, day: str, body: bytes) -> Reply:
