@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from websockets.exceptions import ConnectionClosed
 
@@ -26,7 +25,7 @@ from board.runtime import Runtime
 from board.settings import Settings
 from tests.board.builders import enroll, example, make_tenant, retimed
 from tests.board.db import execute
-from tests.board.test_stream import _free_port, agent_socket, util_message
+from tests.board.test_stream import agent_socket, serve, util_message
 from tests.web.helpers import csrf_of, sign_in
 
 DEADLINE = 15.0  # generous: the promise is about a second
@@ -39,22 +38,6 @@ async def second_app(settings: Settings) -> AsyncIterator[FastAPI]:
     async with application.router.lifespan_context(application):
         assert await application.state.runtime.stream.wait_listening(10)
         yield application
-
-
-@contextlib.asynccontextmanager
-async def serve(app: FastAPI) -> AsyncIterator[str]:
-    """An app whose lifespan already runs, on a real loopback port (for WebSockets)."""
-    port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 @contextlib.asynccontextmanager

@@ -96,19 +96,31 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-async def served(app: Any) -> AsyncIterator[str]:
-    """The test's app (lifespan already running) on a real loopback port."""
+@contextlib.asynccontextmanager
+async def serve(app: Any) -> AsyncIterator[str]:
+    """An app whose lifespan already runs, on a real loopback port (for WebSockets)."""
     port = _free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 60
     while not server.started:
+        assert not task.done(), "the test server stopped before it started"
+        assert time.monotonic() < deadline, "the test server did not start"
         await asyncio.sleep(0.02)
-    assert await app.state.runtime.stream.wait_listening(10)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture
+async def served(app: Any) -> AsyncIterator[str]:
+    """The test's app (lifespan already running) on a real loopback port."""
+    async with serve(app) as url:
+        assert await app.state.runtime.stream.wait_listening(10)
+        yield url
 
 
 async def test_samples_reach_subscribers_of_the_same_workspace_only(
