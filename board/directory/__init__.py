@@ -1,0 +1,1 @@
+"""Directory: the Linux users the hosts report, linked to members and teams."""

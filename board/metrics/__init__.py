@@ -1,0 +1,1 @@
+"""The board's own Prometheus metrics, multiprocess-safe across workers (a kit module)."""

@@ -1,0 +1,1 @@
+"""Reservations: GPUs booked ahead, compared with what really ran."""

@@ -1,0 +1,1 @@
+"""Single sign-on with OpenID Connect (authorization code with PKCE)."""
