@@ -2,6 +2,7 @@
 like app.py: it imports every domain, and nothing imports it but the migrations)."""
 
 from board.archives.models import ArchiveBackfill, ArchiveObject
+from board.audit.models import AuditEvent
 from board.auth.models import (
     ApiToken,
     Membership,
@@ -11,17 +12,22 @@ from board.auth.models import (
     Workspace,
 )
 from board.db.base import Base
+from board.directory.models import DirectoryEntry
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
 from board.ingest.tables import gpu_samples, host_observations, process_samples
 from board.rollups.daily import GpuDayRollup, RollupDirtyDay, UserDayRollup
+from board.reservations.models import Reservation, ReservationGpu, ReservationHourFigure
 from board.rollups.models import GpuHourRollup, UserHourRollup
+from board.sso.models import SsoLogin
 
 __all__ = [
     "ApiToken",
     "ArchiveBackfill",
     "ArchiveObject",
+    "AuditEvent",
     "Base",
+    "DirectoryEntry",
     "EnrollmentToken",
     "Gpu",
     "GpuDayRollup",
@@ -29,8 +35,12 @@ __all__ = [
     "Host",
     "HostRejection",
     "Membership",
+    "Reservation",
+    "ReservationGpu",
+    "ReservationHourFigure",
     "RollupDirtyDay",
     "SignInFailure",
+    "SsoLogin",
     "User",
     "UserDayRollup",
     "UserHourRollup",

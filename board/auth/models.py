@@ -45,6 +45,8 @@ class Workspace(Base):
     # A host reporting more distinct GPU UUIDs than this has its push refused (a broken or
     # hostile agent must not create unbounded GPU rows).
     max_gpus_per_host: Mapped[int] = mapped_column(Integer, server_default="64")
+    # The longest booking of GPUs a member may make (board/reservations).
+    max_reservation_days: Mapped[int] = mapped_column(Integer, server_default="14")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (
@@ -53,6 +55,7 @@ class Workspace(Base):
         CheckConstraint("stale_after_seconds BETWEEN 1 AND 86400", name="stale_after_range"),
         CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_range"),
         CheckConstraint("max_gpus_per_host BETWEEN 1 AND 4096", name="max_gpus_per_host_range"),
+        CheckConstraint("max_reservation_days BETWEEN 1 AND 366", name="max_reservation_days_range"),
     )
 
 

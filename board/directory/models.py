@@ -1,0 +1,50 @@
+"""The directory: which person and team a Linux account on the hosts belongs to."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    PrimaryKeyConstraint,
+    Text,
+    func,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from board.db.base import Base
+
+
+class DirectoryEntry(Base):
+    """An admin's link of a Linux user to a member and a team (entered ahead or later).
+
+    When the user was seen is not kept here: it is read from the per-user rollups the
+    ingest path writes anyway (docs/adr/0007-reservations.md).
+    """
+
+    __tablename__ = "directory_entries"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    linux_user: Mapped[str] = mapped_column(Text)
+    user_id: Mapped[int | None] = mapped_column(BigInteger)
+    # A plain label; money (cost per team) reads it later.
+    team: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "linux_user"),
+        # Removing the member unlinks the account, and keeps the team.
+        ForeignKeyConstraint(
+            ["workspace_id", "user_id"],
+            ["memberships.workspace_id", "memberships.user_id"],
+            ondelete="SET NULL (user_id)",
+        ),
+        CheckConstraint("length(linux_user) BETWEEN 1 AND 64", name="linux_user_length"),
+        CheckConstraint("team IS NULL OR length(team) BETWEEN 1 AND 100", name="team_length"),
+    )
