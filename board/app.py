@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
+from board.audit.routes import router as audit_router
 from board.db.urls import resolve_database_url
 from board.enrollment.routes import router as enrollment_router
 from board.errors import install_error_handlers
@@ -110,6 +111,7 @@ def create_app(
     app.include_router(workspaces_router)
     app.include_router(me_router)
     app.include_router(reports_router)
+    app.include_router(audit_router)
 
     install_web(app)
 

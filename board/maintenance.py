@@ -1,8 +1,8 @@
 """The server's maintenance schedule: at start and then every interval.
 
 Each run creates and drops raw partitions (board.partitions), deletes expired rollup
-hours and recomputes dirty day rollups (board.rollups). It lives above both so that
-neither has to import the other.
+hours and audit events (board.audit) and recomputes dirty day rollups (board.rollups).
+It lives above them so that none has to import another.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
+from board.audit.service import delete_expired as drop_expired_audit_events
 from board.partitions.maintenance import run_maintenance
 from board.rollups.daily import refresh_day_rollups
 from board.rollups.retention import drop_expired_rollups
@@ -48,6 +49,8 @@ async def maintain_once(process: MaintainedProcess) -> None:
                 ahead_days=process.settings.partitions_ahead_days,
             )
             await drop_expired_rollups(conn)
+            # The audit log is kept as long as the workspace's rollups (retention_days).
+            await drop_expired_audit_events(conn)
             await refresh_day_rollups(conn)
         finally:
             await conn.set_autocommit(False)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Path, Request
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import tokens
@@ -56,7 +56,11 @@ async def token_context(
                 & (Membership.user_id == ApiToken.user_id),
             )
             .join(User, User.id == ApiToken.user_id)
-            .where(ApiToken.token_hash == tokens.digest(secret), ApiToken.revoked_at.is_(None))
+            .where(
+                ApiToken.token_hash == tokens.digest(secret),
+                ApiToken.revoked_at.is_(None),
+                or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()),
+            )
         )
     ).one_or_none()
     if row is None:

@@ -98,7 +98,11 @@ class ApiToken(Base):
     user_id: Mapped[int] = mapped_column(BigInteger)
     token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
     token_prefix: Mapped[str] = mapped_column(Text)
+    # What the person called it ("laptop CLI"); optional.
+    name: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # None: until revoked.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (

@@ -6,6 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Request
 
+from board.audit.deps import ClientAddressDep
+from board.audit.service import record
 from board.auth.deps import AdminDep
 from board.db.deps import SessionDep
 from board.enrollment import service
@@ -33,15 +35,26 @@ async def issue(
     ctx: AdminDep,
     session: SessionDep,
     settings: SettingsDep,
+    address: ClientAddressDep,
     request: Annotated[IssueRequest | None, Body()] = None,
 ) -> IssuedEnrollment:
     request = request or IssueRequest()
-    return await service.issue(
+    issued = await service.issue(
         session,
         ctx.workspace_id,
         display_name=request.display_name,
         expires_in_hours=request.expires_in_hours or settings.enrollment_token_ttl_hours,
     )
+    detail = {"displayName": request.display_name}
+    await record(
+        session,
+        ctx,
+        "enrollment_token.issued",
+        target=issued.prefix,
+        detail=detail,
+        address=address,
+    )
+    return issued
 
 
 @router.get(TOKENS, response_model=EnrollmentTokenList, tags=["enrollment"])
@@ -52,8 +65,12 @@ async def list_tokens(ctx: AdminDep, session: SessionDep) -> EnrollmentTokenList
 
 
 @router.delete(TOKENS + "/{token_prefix}", response_model=RevokedEnrollment, tags=["enrollment"])
-async def revoke(token_prefix: str, ctx: AdminDep, session: SessionDep) -> RevokedEnrollment:
-    return await service.revoke(session, ctx.workspace_id, token_prefix)
+async def revoke(
+    token_prefix: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
+) -> RevokedEnrollment:
+    revoked = await service.revoke(session, ctx.workspace_id, token_prefix)
+    await record(session, ctx, "enrollment_token.revoked", target=token_prefix, address=address)
+    return revoked
 
 
 @router.post(

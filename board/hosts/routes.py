@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from board.audit.deps import ClientAddressDep
+from board.audit.service import record
 from board.auth.deps import AdminDep, ReaderDep
 from board.db.deps import SessionDep
 from board.hosts import service
@@ -25,7 +27,13 @@ async def get_host(host_id: str, ctx: ReaderDep, session: SessionDep) -> HostOut
 
 @router.post("/{host_id}/revoke", response_model=RevokedHostOut)
 async def revoke_host(
-    host_id: str, ctx: AdminDep, session: SessionDep, listener: RevocationListenerDep
+    host_id: str,
+    ctx: AdminDep,
+    session: SessionDep,
+    listener: RevocationListenerDep,
+    address: ClientAddressDep,
 ) -> RevokedHostOut:
+    # Recorded first: revoke_host commits, and the entry must be in that transaction.
+    await record(session, ctx, "host.revoked", target=host_id, address=address)
     host = await service.revoke_host(session, listener, ctx, host_id)
     return RevokedHostOut(host_id=host_id, revoked_at=host.revoked_at)

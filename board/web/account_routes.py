@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 
+from board.audit.deps import ClientAddressDep
+from board.audit.service import record, record_for_person
 from board.auth import web_sessions
 from board.auth.deps import PasswordGateDep, member_context
 from board.auth.models import User
@@ -58,6 +60,7 @@ async def change_password(
     db: SessionDep,
     runtime: RuntimeDep,
     gate: PasswordGateDep,
+    address: ClientAddressDep,
     current_password: Annotated[str, Form(max_length=1024)] = "",
     new_password: Annotated[str, Form(max_length=1024)] = "",
 ) -> Response:
@@ -80,6 +83,9 @@ async def change_password(
         )
     await web_sessions.end_all(db, user.id)
     secret = await web_sessions.start(db, user.id, runtime.settings.session_max_age_seconds)
+    await record_for_person(
+        db, "password.changed", user_id=user.id, email=user.email, address=address
+    )
     session = WebSession.signed_in(secret)
     request.state.web_session = session
     response = redirect(request, "/account?notice=password-changed")
@@ -89,10 +95,23 @@ async def change_password(
 
 @router.post("/sign-out-everywhere")
 async def sign_out_everywhere(
-    request: Request, _csrf: CsrfDep, person: SignedInDep, db: SessionDep, runtime: RuntimeDep
+    request: Request,
+    _csrf: CsrfDep,
+    person: SignedInDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    address: ClientAddressDep,
 ) -> Response:
     """Ends every session of the person, this one included."""
-    await web_sessions.end_all(db, person.user_id)
+    ended = await web_sessions.end_all(db, person.user_id)
+    await record_for_person(
+        db,
+        "signout.everywhere",
+        user_id=person.user_id,
+        email=person.email,
+        address=address,
+        detail={"sessions": ended},
+    )
     request.state.web_session = WebSession.anonymous()
     request.state.write_session = False
     response = redirect(request, "/signin")
@@ -106,11 +125,13 @@ async def issue_token(
     _csrf: CsrfDep,
     person: SignedInDep,
     db: SessionDep,
+    address: ClientAddressDep,
     workspace: Annotated[str, Form(max_length=63)] = "",
 ) -> Response:
     ctx = await member_context(db, workspace, person.user_id)
     try:
         issued = await workspaces.issue_api_token(db, ctx.workspace_id, person.user_id)
+        await record(db, ctx, "api_token.issued", target=issued.prefix, address=address)
     except DomainError as exc:
         return await _account_page(
             request, person, db, status_code=exc.status_code, error=exc.detail
@@ -131,8 +152,10 @@ async def revoke_token(
     _csrf: CsrfDep,
     person: SignedInDep,
     db: SessionDep,
+    address: ClientAddressDep,
     workspace: Annotated[str, Form(max_length=63)] = "",
 ) -> Response:
     ctx = await member_context(db, workspace, person.user_id)
     await workspaces.revoke_api_token(db, ctx.workspace_id, person.user_id, prefix)
+    await record(db, ctx, "api_token.revoked", target=prefix, address=address)
     return redirect(request, "/account?notice=token-revoked#tokens")

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 
+from board.audit.deps import ClientAddressDep
+from board.audit.service import record
 from board.auth import web_sessions
 from board.auth.deps import PasswordGateDep
 from board.auth.models import ROLES
@@ -102,6 +104,7 @@ async def issue_token(
     page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
+    address: ClientAddressDep,
     display_name: Annotated[str, Form(max_length=255)] = "",
     expires_in_hours: Annotated[str, Form(max_length=20)] = "",
 ) -> Response:
@@ -116,6 +119,15 @@ async def issue_token(
             display_name=display_name.strip() or None,
             expires_in_hours=hours or runtime.settings.enrollment_token_ttl_hours,
         )
+        detail = {"displayName": display_name.strip() or None}
+        await record(
+            db,
+            page.ctx,
+            "enrollment_token.issued",
+            target=issued.prefix,
+            detail=detail,
+            address=address,
+        )
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)
@@ -124,9 +136,15 @@ async def issue_token(
 
 @router.post("/enrollment-tokens/{prefix}/revoke")
 async def revoke_token(
-    request: Request, prefix: str, _csrf: CsrfDep, page: AdminPageDep, db: SessionDep
+    request: Request,
+    prefix: str,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    address: ClientAddressDep,
 ) -> Response:
     await enrollment.revoke(db, page.ctx.workspace_id, prefix)
+    await record(db, page.ctx, "enrollment_token.revoked", target=prefix, address=address)
     await db.commit()
     return redirect(request, f"/w/{page.slug}/admin?notice=token-revoked#tokens")
 
@@ -139,7 +157,10 @@ async def revoke_host(
     page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
+    address: ClientAddressDep,
 ) -> Response:
+    # Recorded first: revoke_host commits, and the entry must be in that transaction.
+    await record(db, page.ctx, "host.revoked", target=host_id, address=address)
     # Commits, and reaches every board process's token cache and open agent sockets.
     await hosts.revoke_host(db, runtime, page.ctx, host_id)
     return redirect(request, f"/w/{page.slug}/admin?notice=host-revoked#hosts")
@@ -153,6 +174,7 @@ async def add_member(
     db: SessionDep,
     runtime: RuntimeDep,
     gate: PasswordGateDep,
+    address: ClientAddressDep,
     email: Annotated[str, Form(max_length=320)] = "",
     role: Annotated[str, Form(max_length=20)] = "member",
     password: Annotated[str, Form(max_length=1024)] = "",
@@ -162,6 +184,8 @@ async def add_member(
         member = await workspaces.add_member(
             db, workspace, email, role, password or None, gate.hash
         )
+        action, target, detail = member.audited()
+        await record(db, page.ctx, action, target=target, detail=detail, address=address)
         await db.commit()
     except PasswordsBusy:
         exc = TooManyRequests("The board is busy hashing passwords. Try again in a few seconds.")
@@ -180,11 +204,14 @@ async def remove_member(
     page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
+    address: ClientAddressDep,
 ) -> Response:
     try:
         user_id = await workspaces.remove_member(db, page.ctx.workspace_id, email)
         if not await workspaces.has_memberships(db, user_id):
             await web_sessions.end_all(db, user_id)
+        target = email.strip().lower()
+        await record(db, page.ctx, "member.removed", target=target, address=address)
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)
@@ -193,11 +220,19 @@ async def remove_member(
 
 @router.post("/members/{email}/sign-out")
 async def sign_out_member(
-    request: Request, email: str, _csrf: CsrfDep, page: AdminPageDep, db: SessionDep
+    request: Request,
+    email: str,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    address: ClientAddressDep,
 ) -> Response:
     membership = await workspaces.find_member(db, page.ctx.workspace_id, email)
     await workspaces.ensure_may_end_all_sessions(db, page.ctx.user_id, membership.user_id)
-    await web_sessions.end_all(db, membership.user_id)
+    ended = await web_sessions.end_all(db, membership.user_id)
+    detail = {"sessions": ended}
+    target = email.strip().lower()
+    await record(db, page.ctx, "member.signed_out", target=target, detail=detail, address=address)
     await db.commit()
     return redirect(request, f"/w/{page.slug}/admin?notice=member-signed-out#members")
 
@@ -218,6 +253,7 @@ async def save_settings(
     page: AdminPageDep,
     db: SessionDep,
     runtime: RuntimeDep,
+    address: ClientAddressDep,
 ) -> Response:
     form = await request.form()
     changes = {
@@ -229,6 +265,7 @@ async def save_settings(
         patch = workspaces.parse_settings(changes)
         workspace = await db.merge(page.ctx.workspace)
         workspaces.update_settings(workspace, patch)
+        await record(db, page.ctx, "settings.changed", detail=patch.changes(), address=address)
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)

@@ -6,6 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, Request, Response
 
+from board.audit.deps import ClientAddressDep
+from board.audit.service import record_for_person
 from board.auth import signin_limits, web_sessions
 from board.auth.deps import PasswordGateDep, memberships_of
 from board.auth.passwords import PasswordsBusy
@@ -82,12 +84,12 @@ async def signin(
     runtime: RuntimeDep,
     gate: PasswordGateDep,
     limits: SignInLimitsDep,
+    address: ClientAddressDep,
     email: Annotated[str, Form(max_length=320)] = "",
     password: Annotated[str, Form(max_length=1024)] = "",
     next: Annotated[str, Form(max_length=2000)] = "/",
 ) -> Response:
     email = email.strip().lower()
-    address = request.client.host if request.client else "unknown"
     context = {"next": safe_next(next), "email": email if plausible_email(email) else ""}
     # Counted before the password is checked, in PostgreSQL: the limit holds across workers.
     retry = await signin_limits.count_attempt(runtime.pool, limits, email, address)
@@ -102,9 +104,22 @@ async def signin(
         error = "The board is busy checking other sign-ins. Try again in a few seconds."
         return _refused(request, context, error, 429, _BUSY_SECONDS)
     if user is None or not ok:
+        user_id = None if user is None else user.id
+        detail = {"method": "password", "reason": "wrong email or password"}
+        await record_for_person(
+            db, "signin.failed", user_id=user_id, email=email, address=address, detail=detail
+        )
         return _refused(request, context, _REFUSED, 401)
     await signin_limits.succeeded(runtime.pool, email, address)
     secret = await web_sessions.start(db, user.id, runtime.settings.session_max_age_seconds)
+    await record_for_person(
+        db,
+        "signin.succeeded",
+        user_id=user.id,
+        email=email,
+        address=address,
+        detail={"method": "password"},
+    )
     response = redirect(request, safe_next(next))
     write_session(request, response, WebSession.signed_in(secret), runtime.settings)
     return response
@@ -112,10 +127,20 @@ async def signin(
 
 @router.post("/signout")
 async def signout(
-    request: Request, _csrf: CsrfDep, web: WebSessionDep, db: SessionDep, runtime: RuntimeDep
+    request: Request,
+    _csrf: CsrfDep,
+    web: WebSessionDep,
+    db: SessionDep,
+    runtime: RuntimeDep,
+    address: ClientAddressDep,
 ) -> Response:
     """Ends the session on the server: a copy of the cookie is worthless afterwards."""
     if web.secret is not None:
+        person = await web_sessions.find(db, web.secret)
+        if person is not None:
+            await record_for_person(
+                db, "signout", user_id=person.user_id, email=person.email, address=address
+            )
         await web_sessions.end(db, web.secret)
     request.state.web_session = WebSession.anonymous()
     request.state.write_session = False

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
 
+from fastapi import APIRouter, Body, Response
+from fastapi import Path as PathParam
+
+from board.audit.deps import ClientAddressDep
+from board.audit.service import record
 from board.auth import web_sessions
 from board.auth.deps import AdminDep, PasswordGateDep, ReaderDep, TokenDep
 from board.db.deps import SessionDep
 from board.workspaces import service
 from board.workspaces.schemas import (
     AddedMember,
+    IssueApiTokenRequest,
     IssuedApiToken,
     MemberList,
     MemberRequest,
@@ -29,10 +36,11 @@ async def get_settings(ctx: ReaderDep) -> WorkspaceSettings:
 
 @router.patch("/settings", response_model=WorkspaceSettings)
 async def patch_settings(
-    ctx: AdminDep, session: SessionDep, patch: SettingsPatch
+    ctx: AdminDep, session: SessionDep, patch: SettingsPatch, address: ClientAddressDep
 ) -> WorkspaceSettings:
     workspace = await session.merge(ctx.workspace)
     service.update_settings(workspace, patch)
+    await record(session, ctx, "settings.changed", detail=patch.changes(), address=address)
     await session.flush()
     return service.settings_of(workspace)
 
@@ -44,31 +52,51 @@ async def list_members(ctx: AdminDep, session: SessionDep) -> MemberList:
 
 @router.post("/members", status_code=201, response_model=AddedMember)
 async def add_member(
-    ctx: AdminDep, session: SessionDep, gate: PasswordGateDep, body: MemberRequest
+    ctx: AdminDep,
+    session: SessionDep,
+    gate: PasswordGateDep,
+    body: MemberRequest,
+    address: ClientAddressDep,
 ) -> AddedMember:
     workspace = await session.merge(ctx.workspace)
     member = await service.add_member(
         session, workspace, body.email, body.role, body.password, gate.hash
     )
+    action, target, detail = member.audited()
+    await record(session, ctx, action, target=target, detail=detail, address=address)
     return member.shown()
 
 
 @router.delete("/members/{email}", status_code=204, response_class=Response)
-async def remove_member(email: str, ctx: AdminDep, session: SessionDep) -> Response:
+async def remove_member(
+    email: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
+) -> Response:
     """The membership and its API tokens end at once; so do the person's web sessions
     when this was their last workspace (pages check the membership on every request)."""
     user_id = await service.remove_member(session, ctx.workspace_id, email)
+    await record(session, ctx, "member.removed", target=email.strip().lower(), address=address)
     if not await service.has_memberships(session, user_id):
         await web_sessions.end_all(session, user_id)
     return Response(status_code=204)
 
 
 @router.post("/members/{email}/sign-out", status_code=204, response_class=Response)
-async def sign_out_member(email: str, ctx: AdminDep, session: SessionDep) -> Response:
+async def sign_out_member(
+    email: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
+) -> Response:
     """Sign the member out of every browser (their API tokens are not touched)."""
     membership = await service.find_member(session, ctx.workspace_id, email)
     await service.ensure_may_end_all_sessions(session, ctx.user_id, membership.user_id)
-    await web_sessions.end_all(session, membership.user_id)
+    ended = await web_sessions.end_all(session, membership.user_id)
+    target = email.strip().lower()
+    await record(
+        session,
+        ctx,
+        "member.signed_out",
+        target=target,
+        detail={"sessions": ended},
+        address=address,
+    )
     return Response(status_code=204)
 
 
@@ -80,18 +108,49 @@ async def my_tokens(ctx: TokenDep, session: SessionDep) -> MyApiTokens:
 
 
 @me_router.post("/api-tokens", status_code=201, response_model=IssuedApiToken)
-async def issue_my_token(ctx: TokenDep, session: SessionDep) -> IssuedApiToken:
-    """Another token for the same membership (rotate: issue, switch, revoke the old one)."""
-    issued = await service.issue_api_token(session, ctx.workspace_id, ctx.user_id)
+async def issue_my_token(
+    ctx: TokenDep,
+    session: SessionDep,
+    address: ClientAddressDep,
+    body: Annotated[IssueApiTokenRequest | None, Body()] = None,
+) -> IssuedApiToken:
+    """Another token for the same membership (rotate: issue, switch, revoke the old one).
+
+    Optional `name` and `expiresInDays`; the secret is in this answer only.
+    """
+    body = body or IssueApiTokenRequest()
+    expires_at = None
+    if body.expires_in_days is not None:
+        expires_at = datetime.now(UTC) + timedelta(days=body.expires_in_days)
+    issued = await service.issue_api_token(
+        session, ctx.workspace_id, ctx.user_id, name=body.name, expires_at=expires_at
+    )
+    await record(
+        session,
+        ctx,
+        "api_token.issued",
+        target=issued.prefix,
+        detail={"name": body.name, "expiresInDays": body.expires_in_days},
+        address=address,
+    )
     return IssuedApiToken(
         api_token=issued.secret,
         token_prefix=issued.prefix,
         workspace=ctx.workspace.slug,
         role=ctx.role,
+        name=body.name,
+        expires_at=expires_at,
     )
 
 
 @me_router.delete("/api-tokens/{token_prefix}", status_code=204, response_class=Response)
-async def revoke_my_token(token_prefix: str, ctx: TokenDep, session: SessionDep) -> Response:
+async def revoke_my_token(
+    token_prefix: Annotated[str, PathParam(max_length=64)],
+    ctx: TokenDep,
+    session: SessionDep,
+    address: ClientAddressDep,
+) -> Response:
+    """Revoked at once in every board process: each request looks its token up afresh."""
     await service.revoke_api_token(session, ctx.workspace_id, ctx.user_id, token_prefix)
+    await record(session, ctx, "api_token.revoked", target=token_prefix, address=address)
     return Response(status_code=204)

@@ -140,6 +140,8 @@ class ApiTokenOut(ReadModel):
     token_prefix: str
     created_at: IsoTime
     revoked_at: IsoTime | None
+    name: str | None = None
+    expires_at: IsoTime | None = None
 
 
 class MyApiTokens(ReadModel):
@@ -147,11 +149,24 @@ class MyApiTokens(ReadModel):
     api_tokens: list[ApiTokenOut]
 
 
+class IssueApiTokenRequest(BaseModel):
+    """`POST /api/v1/me/api-tokens`: both optional; no expiry means until revoked."""
+
+    model_config = ConfigDict(alias_generator=to_camel, extra="forbid", frozen=True)
+
+    name: Annotated[
+        str | None, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")
+    ] = None
+    expires_in_days: Annotated[int | None, Field(ge=1, le=3650, strict=True)] = None
+
+
 class IssuedApiToken(ReadModel):
     api_token: Annotated[str, Field(repr=False)]
     token_prefix: str
     workspace: str
     role: str
+    name: str | None = None
+    expires_at: IsoTime | None = None
 
 
 class MembershipTokens(ReadModel):

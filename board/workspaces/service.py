@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import passwords, tokens
@@ -62,6 +62,16 @@ class NewMember:
     # The email already had an account (here or in another workspace): it only gained
     # this membership; its password and everything else about it are unchanged.
     existing_account: bool
+    # The role the person had here before (None: they were not a member): an audit entry
+    # says "role changed" rather than "added".
+    previous_role: str | None = None
+
+    def audited(self) -> tuple[str, str, dict[str, object]]:
+        """(action, target, detail) of the audit entry; never the token."""
+        if self.previous_role is None:
+            return "member.added", self.user.email, {"role": self.role}
+        detail = {"role": self.role, "previousRole": self.previous_role}
+        return "member.role_changed", self.user.email, detail
 
     def shown(self) -> AddedMember:
         """As the API answers and the admin page shows it (the token, this once)."""
@@ -113,6 +123,7 @@ async def add_member(
         session.add(user)
         await session.flush()
     membership = await session.get(Membership, (workspace.id, user.id))
+    previous_role = None if membership is None else membership.role
     if membership is None:
         session.add(Membership(workspace_id=workspace.id, user_id=user.id, role=role))
     else:
@@ -127,6 +138,7 @@ async def add_member(
         role=role,
         api_token=token.secret,
         existing_account=existing,
+        previous_role=previous_role,
     )
 
 
@@ -220,7 +232,12 @@ async def revoke_member_tokens(session: AsyncSession, workspace_id: int, user_id
 
 
 async def issue_api_token(
-    session: AsyncSession, workspace_id: int, user_id: int
+    session: AsyncSession,
+    workspace_id: int,
+    user_id: int,
+    *,
+    name: str | None = None,
+    expires_at: datetime | None = None,
 ) -> tokens.IssuedToken:
     """A new personal API token for the membership; the secret is shown once."""
     live = await session.scalar(
@@ -230,6 +247,7 @@ async def issue_api_token(
             ApiToken.workspace_id == workspace_id,
             ApiToken.user_id == user_id,
             ApiToken.revoked_at.is_(None),
+            or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()),
         )
     )
     if live is not None and live >= MAX_API_TOKENS:
@@ -243,6 +261,8 @@ async def issue_api_token(
             user_id=user_id,
             token_hash=issued.digest,
             token_prefix=issued.prefix,
+            name=name,
+            expires_at=expires_at,
         )
     )
     await session.flush()

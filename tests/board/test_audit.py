@@ -1,0 +1,226 @@
+"""The audit log: every admin action of the API and sign-ins, tenant-isolated, paged."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from sqlalchemy import update
+
+from board.audit.models import AuditEvent
+from board.audit.service import clean_detail, delete_expired
+from board.settings import Settings
+from tests.board.builders import enroll, make_tenant
+from tests.web.helpers import sign_in
+
+LOG = "/api/v1/workspaces/{}/audit-log"
+
+
+async def _events(client, tenant, **params) -> list[dict]:
+    r = await client.get(LOG.format(tenant.slug), headers=tenant.auth(), params=params)
+    assert r.status_code == 200, r.text
+    return r.json()["events"]
+
+
+async def test_admin_actions_of_the_api_are_recorded_without_secrets(app, client) -> None:
+    acme = await make_tenant(app, "acme")
+    api = "/api/v1/workspaces/acme"
+    added = await client.post(
+        f"{api}/members",
+        json={"email": "New@Acme.example", "role": "member", "password": "long-enough-1"},
+        headers=acme.auth(),
+    )
+    assert added.status_code == 201
+    regraded = await client.post(
+        f"{api}/members", json={"email": "new@acme.example", "role": "finance"}, headers=acme.auth()
+    )
+    assert regraded.status_code == 201
+    r = await client.post(f"{api}/members/new@acme.example/sign-out", headers=acme.auth())
+    assert r.status_code == 204
+    r = await client.delete(f"{api}/members/new@acme.example", headers=acme.auth())
+    assert r.status_code == 204
+    r = await client.patch(f"{api}/settings", json={"retentionDays": 30}, headers=acme.auth())
+    assert r.status_code == 200
+    host = await enroll(client, acme, "gpu-01", displayName="gpu-01")
+    issued = await client.post(f"{api}/enrollment-tokens", json={}, headers=acme.auth())
+    prefix = issued.json()["tokenPrefix"]
+    r = await client.delete(f"{api}/enrollment-tokens/{prefix}", headers=acme.auth())
+    assert r.status_code == 200
+    r = await client.post(f"{api}/hosts/{host['hostId']}/revoke", headers=acme.auth())
+    assert r.status_code == 200
+    mine = await client.post("/api/v1/me/api-tokens", json={"name": "ci"}, headers=acme.auth())
+    assert mine.status_code == 201
+    r = await client.delete(
+        f"/api/v1/me/api-tokens/{mine.json()['tokenPrefix']}", headers=acme.auth()
+    )
+    assert r.status_code == 204
+
+    log = await client.get(LOG.format("acme"), headers=acme.auth())
+    events = log.json()["events"]
+    actions = [e["action"] for e in reversed(events)]
+    assert actions == [
+        "member.added",
+        "member.role_changed",
+        "member.signed_out",
+        "member.removed",
+        "settings.changed",
+        "enrollment_token.issued",  # by enroll()
+        "enrollment_token.issued",
+        "enrollment_token.revoked",
+        "host.revoked",
+        "api_token.issued",
+        "api_token.revoked",
+    ]
+    by_action = {e["action"]: e for e in events}
+    assert by_action["member.added"]["target"] == "new@acme.example"
+    assert by_action["member.added"]["actorEmail"] == "admin@acme.example"
+    assert by_action["member.role_changed"]["detail"] == {"role": "finance", "previousRole": "member"}
+    assert by_action["settings.changed"]["detail"] == {"retention_days": 30}
+    assert by_action["host.revoked"]["target"] == host["hostId"]
+    assert by_action["enrollment_token.revoked"]["target"] == prefix
+    assert all(e["clientAddress"] for e in events)
+    # Never a secret: not the member's token, the enrollment token, the new API token, or
+    # the password.
+    for secret in (
+        added.json()["apiToken"],
+        issued.json()["enrollmentToken"],
+        mine.json()["apiToken"],
+        "long-enough-1",
+        acme.admin_token,
+    ):
+        assert secret not in log.text
+
+
+async def test_a_refused_action_leaves_no_entry(app, client) -> None:
+    acme = await make_tenant(app, "acme")
+    r = await client.post("/api/v1/workspaces/acme/hosts/nope/revoke", headers=acme.auth())
+    assert r.status_code == 404
+    r = await client.delete("/api/v1/workspaces/acme/members/admin@acme.example", headers=acme.auth())
+    assert r.status_code in (204, 409)
+    r = await client.patch(
+        "/api/v1/workspaces/acme/settings", json={"retentionDays": 0}, headers=acme.auth()
+    )
+    assert r.status_code == 422
+    assert [e["action"] for e in await _events(client, acme)] in ([], ["member.removed"])
+
+
+async def test_only_admins_of_the_workspace_read_it(app, client) -> None:
+    acme = await make_tenant(app, "acme")
+    other = await make_tenant(app, "other")
+    await client.patch(
+        "/api/v1/workspaces/acme/settings", json={"retentionDays": 31}, headers=acme.auth()
+    )
+    for role in ("member", "finance"):
+        r = await client.get(LOG.format("acme"), headers=acme.auth(role))
+        assert r.status_code == 403
+        assert isinstance(r.json()["detail"], str)
+    for role in ("admin", "member", "finance"):
+        r = await client.get(LOG.format("acme"), headers=other.auth(role))
+        assert r.status_code == 404
+        assert "settings.changed" not in r.text
+    assert await _events(client, other) == []
+
+
+async def test_sign_ins_are_recorded_in_each_workspace_of_the_person(app, client) -> None:
+    await make_tenant(app, "acme")
+    other = await make_tenant(app, "other")
+    # The acme admin also belongs to "other".
+    r = await client.post(
+        "/api/v1/workspaces/other/members",
+        json={"email": "admin@acme.example", "role": "member"},
+        headers=other.auth(),
+    )
+    assert r.status_code == 201
+    stranger = await sign_in(client, "nobody@nowhere.example", "whatever-123")
+    assert stranger.status_code == 401
+    refused = await sign_in(client, "admin@acme.example", "wrong-password")
+    assert refused.status_code == 401
+    ok = await sign_in(client, "admin@acme.example")
+    assert ok.status_code == 303
+    events = await _events(client, other)
+    signins = [(e["action"], e["target"]) for e in events if e["action"].startswith("signin")]
+    assert signins == [
+        ("signin.succeeded", "admin@acme.example"),
+        ("signin.failed", "admin@acme.example"),
+    ]
+    assert "wrong-password" not in str(events)
+    assert "nobody@nowhere.example" not in str(events)
+
+
+async def test_paging_by_cursor_and_time(app, client) -> None:
+    acme = await make_tenant(app, "acme")
+    for days in range(1, 8):
+        r = await client.patch(
+            "/api/v1/workspaces/acme/settings", json={"retentionDays": days}, headers=acme.auth()
+        )
+        assert r.status_code == 200
+    seen: list[int] = []
+    cursor = None
+    while True:
+        params = {"limit": 3} | ({"cursor": cursor} if cursor else {})
+        page = (
+            await client.get(LOG.format("acme"), headers=acme.auth(), params=params)
+        ).json()
+        seen += [e["detail"]["retention_days"] for e in page["events"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == [7, 6, 5, 4, 3, 2, 1]
+    future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    assert await _events(client, acme, **{"from": future}) == []
+    assert len(await _events(client, acme, to=future)) == 7
+
+
+async def test_bad_queries_are_readable_422s(app, client) -> None:
+    acme = await make_tenant(app, "acme")
+    for params in (
+        {"limit": 0},
+        {"limit": 100000},
+        {"cursor": "abc"},
+        {"cursor": "9" * 40},
+        {"from": "yesterday"},
+        {"from": "2026-12-02T00:00:00"},
+        {"from": "2026-12-02T00:00:00Z", "to": "2026-12-01T00:00:00Z"},
+    ):
+        r = await client.get(LOG.format("acme"), headers=acme.auth(), params=params)
+        assert r.status_code == 422, (params, r.text)
+        assert isinstance(r.json()["detail"], str)
+
+
+def test_detail_never_keeps_a_secret() -> None:
+    cleaned = clean_detail(
+        {
+            "password": "hunter2-hunter2",
+            "apiToken": "x",
+            "tokenPrefix": "gua_pat_0123abcd",
+            "clientSecret": "s",
+            "note": "gua_pat_0123abcd_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            "nested": {"a": 1},
+            "role": "admin",
+        }
+    )
+    assert cleaned == {"tokenPrefix": "gua_pat_0123abcd", "note": "[redacted]", "role": "admin"}
+
+
+async def test_events_older_than_the_retention_are_deleted(app, client, settings) -> None:
+    acme = await make_tenant(app, "acme")
+    for days in (10, 20):
+        await client.patch(
+            "/api/v1/workspaces/acme/settings", json={"retentionDays": days}, headers=acme.auth()
+        )
+    runtime = app.state.runtime
+    async with runtime.sessions() as session:
+        oldest = min(e["id"] for e in await _events(client, acme))
+        await session.execute(
+            update(AuditEvent)
+            .where(AuditEvent.id == oldest)
+            .values(at=datetime.now(UTC) - timedelta(days=21))
+        )
+        await session.commit()
+    assert isinstance(settings, Settings)
+    async with await psycopg.AsyncConnection.connect(
+        settings.database_url.replace("postgresql+psycopg", "postgresql"), autocommit=True
+    ) as conn:
+        assert await delete_expired(conn) == 1
+        assert await delete_expired(conn) == 0
+    assert [e["detail"] for e in await _events(client, acme)] == [{"retention_days": 20}]
