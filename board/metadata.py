@@ -18,7 +18,7 @@ from board.hosts.models import Gpu, Host, HostRejection
 from board.ingest.tables import gpu_samples, host_observations, process_samples
 from board.rollups.daily import GpuDayRollup, RollupDirtyDay, UserDayRollup
 from board.reservations.models import Reservation, ReservationGpu, ReservationHourFigure
-from board.rollups.models import GpuHourRollup, UserHourRollup
+from board.rollups.models import GpuHourRollup, HostHourRollup, UserHourRollup
 from board.sso.models import SsoLogin
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Gpu",
     "GpuDayRollup",
     "GpuHourRollup",
+    "HostHourRollup",
     "Host",
     "HostRejection",
     "Membership",

@@ -179,58 +179,74 @@ def hour_bucket_sql(bucket: str, column: str = "hour_start") -> str:
     return f"date_trunc('day', {column}, %(tz)s)" if bucket == "day" else column
 
 
-def utilization_figures_sql(group: str, bucket: str, one_host: bool = False) -> str:
+def utilization_figures_sql(
+    group: str, bucket: str, one_host: bool = False, keyed: bool = False
+) -> str:
     """SELECT of (key: gpu_id or host_id, bucket, the FIGURES) per key and bucket.
 
-    A bucket is at most a day. Whole UTC days come from the day rows as they are (a
-    90-day per-GPU report is 90,000 rows, so nothing is aggregated that need not be);
-    the hours around them are summed into their buckets, which never coincide with a
-    whole day's bucket. Per host, the GPUs' buckets are summed (bigint is ample for a
-    host-day). `one_host`: only the rows of the host %(host)s.
+    A bucket is at most a day. Hours come from the GPU-hour rows per GPU and from the
+    host-hour rows per host (one row per host and hour: nothing is summed for an hourly
+    per-host report). Whole UTC days come from the GPU day rows (summed per host for a
+    host); the hours around them are summed into their buckets, which never coincide
+    with a whole day's bucket. `one_host`: only the rows of the host %(host)s. `keyed`:
+    only the keys in %(keys)s (a streamed report reads its keys a batch at a time).
     """
-    host = "AND host_id = %(host)s" if one_host else ""
+    key = "gpu_id" if group == "gpu" else "host_id"
+    hour_table = "gpu_hour_rollups" if group == "gpu" else "host_hour_rollups"
+    only = ("AND host_id = %(host)s " if one_host else "") + (
+        f"AND {key} = ANY(%(keys)s)" if keyed else ""
+    )
     ranges = f"""
-        FROM gpu_hour_rollups
+        FROM {hour_table}
         JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
           ON hour_start >= rg.lo AND hour_start < rg.hi
-        WHERE workspace_id = %(ws)s {host}"""
+        WHERE workspace_id = %(ws)s {only}"""
     if bucket == "hour":
-        # An hour row is its GPU's bucket already (one row per GPU and hour).
-        hours = f"""
-        SELECT host_id, gpu_id, hour_start, covered_us, active_us, idle_held_us, idle_us,
-               util_pct_us, memory_used_mb_us, memory_total_mb_us
-        {ranges} AND covered_us > 0"""
-    else:
-        hours = f"""
-        SELECT host_id, gpu_id, {hour_bucket_sql(bucket)}, sum(covered_us)::bigint,
-               sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
-               sum(util_pct_us)::bigint, sum(memory_used_mb_us)::bigint,
-               sum(memory_total_mb_us)::bigint
-        {ranges}
-        GROUP BY 1, 2, 3
-        HAVING sum(covered_us) > 0"""
+        # An hour row is its GPU's (or host's) bucket already.
+        figures = _figures(
+            "covered_us",
+            "active_us",
+            "idle_held_us",
+            "idle_us",
+            "util_pct_us",
+            "memory_used_mb_us",
+            "memory_total_mb_us",
+        )
+        return f"""
+            SELECT {key} AS key, hour_start AS bucket, {figures}
+            {ranges} AND covered_us > 0
+        """
     # A bucket is named by its first instant; day rows (only used when the report's
     # days are UTC days) already start their bucket.
     buckets = f"""
-        SELECT host_id, gpu_id, day_start AS bucket, covered_us AS c, active_us AS a,
+        SELECT {key} AS key, day_start AS bucket, covered_us AS c, active_us AS a,
                idle_held_us AS ih, idle_us AS i, util_pct_us AS u, memory_used_mb_us AS mu,
                memory_total_mb_us AS mt
         FROM gpu_day_rollups
         WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
-          AND NOT day_start = ANY(%(dirty)s::timestamptz[]) AND covered_us > 0 {host}
+          AND NOT day_start = ANY(%(dirty)s::timestamptz[]) {only}
         UNION ALL
-        {hours}
+        SELECT {key}, {hour_bucket_sql(bucket)}, sum(covered_us)::bigint,
+               sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
+               sum(util_pct_us)::bigint, sum(memory_used_mb_us)::bigint,
+               sum(memory_total_mb_us)::bigint
+        {ranges}
+        GROUP BY 1, 2
     """
     if group == "gpu":
         return f"""
-            SELECT gpu_id AS key, bucket, {_figures("c", "a", "ih", "i", "u", "mu", "mt")}
+            SELECT key, bucket, {_figures("c", "a", "ih", "i", "u", "mu", "mt")}
             FROM ({buckets}) AS b
+            WHERE c > 0
         """
+    # A GPU's uncovered time adds nothing to any sum, so a host's bucket is simply the
+    # sum of its GPUs' rows (bigint is ample for a host-day).
     sums = (f"sum({c})::bigint" for c in ("c", "a", "ih", "i", "u", "mu", "mt"))
     return f"""
-        SELECT host_id AS key, bucket, {_figures(*sums)}
+        SELECT key, bucket, {_figures(*sums)}
         FROM ({buckets}) AS b
-        GROUP BY host_id, bucket
+        GROUP BY key, bucket
+        HAVING sum(c) > 0
     """
 
 

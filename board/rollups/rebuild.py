@@ -149,7 +149,8 @@ async def rebuild(
     )
     result = RebuildResult(hosts=len(hosts))
     window = {"ws": workspace_id, "from": from_, "to": to}
-    for table in ("gpu_hour_rollups", "user_hour_rollups"):
+    # GPU hours first: their trigger zeroes the host hours, which then go too.
+    for table in ("gpu_hour_rollups", "host_hour_rollups", "user_hour_rollups"):
         await conn.execute(
             f"DELETE FROM {table} WHERE workspace_id = %(ws)s "
             "AND hour_start >= %(from)s AND hour_start < %(to)s",

@@ -1,4 +1,5 @@
-"""Rollup retention: hourly rollups older than a workspace's retentionDays are deleted.
+"""Rollup retention: hourly rollups (per GPU, host and user) older than a workspace's
+retentionDays are deleted.
 
 Their days are marked dirty by the trigger and recomputed (to nothing) by
 board.rollups.daily.refresh_day_rollups, which the schedule runs right after. Separate
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 class RetentionResult:
     gpu_rows: int = 0
     user_rows: int = 0
+    host_rows: int = 0
 
 
 async def drop_expired_rollups(
@@ -47,7 +49,9 @@ async def drop_expired_rollups(
 async def _delete_hours(
     conn: psycopg.AsyncConnection[Any], now: datetime, result: RetentionResult
 ) -> None:
-    for table in ("gpu_hour_rollups", "user_hour_rollups"):
+    # GPU hours before host hours: the GPU-hour trigger subtracts the deleted rows from
+    # their host hours (to zero), and the zeroed host hours are deleted after.
+    for table in ("gpu_hour_rollups", "host_hour_rollups", "user_hour_rollups"):
         # An hour is expired once its end (hour_start + 1 h) is at or before the cutoff;
         # written on hour_start alone so the (workspace_id, hour_start) index serves it.
         # The deleted hours mark their days dirty; refresh_day_rollups redoes those days.
@@ -63,5 +67,7 @@ async def _delete_hours(
         )
         if table == "gpu_hour_rollups":
             result.gpu_rows = cur.rowcount
+        elif table == "host_hour_rollups":
+            result.host_rows = cur.rowcount
         else:
             result.user_rows = cur.rowcount
