@@ -7,12 +7,16 @@ A host silent for longer than the raw retention has no samples left: no GPUs sho
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.hosts.schemas import GpuOut, ProcessOut
+from board.rollups.crediting import from_us
 
 _GPUS = text(
     """
@@ -39,10 +43,27 @@ _PROCESSES = text(
 )
 
 
+def state_since(latest_ticks: Iterable[str | None]) -> dict[int, datetime]:
+    """gpu id -> its stateSince, from the hosts' newest ticks (7th element of each GPU,
+    written by the ingest path: board.ingest.normalize.encode_tick)."""
+    found: dict[int, datetime] = {}
+    for encoded in latest_ticks:
+        for gpu in json.loads(encoded) if encoded else ():
+            if len(gpu) > 6:
+                found[int(gpu[0])] = from_us(int(gpu[6]))
+    return found
+
+
 async def newest_gpus(
-    session: AsyncSession, workspace_id: int, host_ids: list[int]
+    session: AsyncSession,
+    workspace_id: int,
+    host_ids: list[int],
+    since: dict[int, datetime] | None = None,
 ) -> dict[int, list[GpuOut]]:
-    """host id -> its GPUs as the hosts API shows them, processes included, by index."""
+    """host id -> its GPUs as the hosts API shows them, processes included, by index.
+
+    `since`: gpu id -> stateSince (state_since of the hosts' rows)."""
+    since = since or {}
     params = {"ws": workspace_id, "hosts": host_ids}
     processes: dict[int, list[ProcessOut]] = defaultdict(list)
     for _, gpu_id, pid, user, name, ptype, memory in await session.execute(_PROCESSES, params):
@@ -59,6 +80,7 @@ async def newest_gpus(
                 name=name,
                 usage_state=state,
                 reported_usage_state=reported,
+                state_since=since.get(gpu_id),
                 util_pct=util,
                 memory_used_mb=used,
                 memory_total_mb=total,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from board.audit.deps import ClientAddressDep
 from board.audit.service import record
@@ -11,13 +13,21 @@ from board.db.deps import SessionDep
 from board.hosts import service
 from board.hosts.revocation import RevocationListenerDep
 from board.hosts.schemas import HostListOut, HostOut, RevokedHostOut
+from board.hosts.search import MAX_QUERY_CHARS, SortKey
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/hosts", tags=["hosts"])
 
 
 @router.get("", response_model=HostListOut)
-async def list_hosts(ctx: ReaderDep, session: SessionDep) -> HostListOut:
-    return HostListOut(hosts=await service.list_hosts(session, ctx))
+async def list_hosts(
+    ctx: ReaderDep,
+    session: SessionDep,
+    q: Annotated[str, Query(max_length=MAX_QUERY_CHARS)] = "",
+    sort: SortKey = "name",
+) -> HostListOut:
+    """`q`: host name, Linux user, GPU model or UUID; `sort`: name, idle_held (longest
+    first), util or memory (largest first)."""
+    return HostListOut(hosts=await service.list_hosts(session, ctx, q, sort))
 
 
 @router.get("/{host_id}", response_model=HostOut)

@@ -32,6 +32,9 @@ class _GpuFields(ReadModel):
     # sent none, and then reportedUsageState is null.
     usage_state: UsageState
     reported_usage_state: UsageState | None
+    # Since when the GPU has been in its state (for active and idle-held, with the same
+    # holders): the start of the unbroken run ending at its newest observation.
+    state_since: IsoTime | None
     util_pct: int | None
     memory_used_mb: int | None
     memory_total_mb: int | None

@@ -12,10 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.auth.deps import WorkspaceContext
 from board.errors import NotFound
 from board.hosts.freshness import freshness
-from board.hosts.latest import newest_gpus
+from board.hosts.latest import newest_gpus, state_since
 from board.hosts.models import Host, HostRejection
 from board.hosts.revocation import REVOKE_CHANNEL, RevocationListener, revocation_payload
 from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut, RejectedPushOut
+from board.hosts.search import search_hosts, sort_hosts
 
 REJECTIONS_WINDOW = timedelta(hours=24)
 
@@ -91,7 +92,10 @@ async def _rejections(
     return found
 
 
-async def list_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[HostOut]:
+async def list_hosts(
+    session: AsyncSession, ctx: WorkspaceContext, q: str = "", sort: str = "name"
+) -> list[HostOut]:
+    """The workspace's hosts by name, narrowed by a search and ordered (board.hosts.search)."""
     hosts = (
         await session.scalars(
             select(Host)
@@ -102,8 +106,10 @@ async def list_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[HostO
     now = datetime.now(UTC)
     ids = [h.id for h in hosts]
     rejections = await _rejections(session, ctx.workspace_id, ids, now)
-    gpus = await newest_gpus(session, ctx.workspace_id, ids)
-    return [_view(h, ctx, now, rejections.get(h.id, []), gpus.get(h.id, [])) for h in hosts]
+    since = state_since(h.latest_tick for h in hosts)
+    gpus = await newest_gpus(session, ctx.workspace_id, ids, since)
+    views = [_view(h, ctx, now, rejections.get(h.id, []), gpus.get(h.id, [])) for h in hosts]
+    return sort_hosts(search_hosts(views, q), sort)
 
 
 async def get_host_row(session: AsyncSession, workspace_id: int, host_id: str) -> Host:
@@ -123,7 +129,8 @@ async def view_of(session: AsyncSession, ctx: WorkspaceContext, host: Host) -> H
     """One host row as the API shows it (the host page also needs the row itself)."""
     now = datetime.now(UTC)
     rejections = await _rejections(session, ctx.workspace_id, [host.id], now)
-    gpus = await newest_gpus(session, ctx.workspace_id, [host.id])
+    since = state_since([host.latest_tick])
+    gpus = await newest_gpus(session, ctx.workspace_id, [host.id], since)
     return _view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -58,11 +59,14 @@ def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
     )
 
 
-def encode_tick(tick: Tick) -> str:
-    """A host's newest tick as kept on its row: what the next observation's interval needs."""
+def encode_tick(tick: Tick, since: Mapping[int, int] | None = None) -> str:
+    """A host's newest tick as kept on its row: what the next observation's interval needs,
+    and each GPU's stateSince in µs (board.ingest.state_since) as a 7th element."""
+    starts = since or {}
     return json.dumps(
         [
             [g.gpu_id, g.state, g.util_pct, g.memory_used_mb, g.memory_total_mb, g.holders]
+            + ([starts[g.gpu_id]] if g.gpu_id in starts else [])
             for g in tick.gpus
         ],
         separators=(",", ":"),
@@ -75,6 +79,14 @@ def decode_tick(host_id: int, observed_us: int, encoded: str) -> Tick:
         observed_us=observed_us,
         gpus=tuple(
             GpuTick(gpu_id, state, util, used, total, tuple(holders))
-            for gpu_id, state, util, used, total, holders in json.loads(encoded)
+            for gpu_id, state, util, used, total, holders, *_ in json.loads(encoded)
         ),
     )
+
+
+def decode_since(encoded: str) -> dict[int, int] | None:
+    """Each GPU's stateSince (µs) kept in a tick; None when a GPU has none (an older tick)."""
+    gpus = json.loads(encoded)
+    if any(len(g) < 7 for g in gpus):
+        return None
+    return {int(g[0]): int(g[6]) for g in gpus}

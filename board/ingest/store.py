@@ -33,9 +33,17 @@ from board.db.pgtext import int_array, text_array
 from board.ingest.gpuids import GpuInfo, GpuKey, TooManyGpus, resolve_gpu_ids
 from board.ingest.history import Neighbourhood, PointKey, RawKey, load_ticks, neighbourhoods
 from board.ingest.hostlock import LockedHost, lock_batch_hosts
-from board.ingest.normalize import Observation, decode_tick, encode_tick, tick_of
+from board.ingest.normalize import Observation, decode_tick, tick_of
 from board.ingest.rawrows import insert_raw
-from board.rollups.crediting import RollupDelta, Tick, to_us
+from board.reservations.crediting import ReservationDelta
+from board.reservations.store import HostSpan, load_bookings, upsert_figures
+from board.ingest.state_since import (
+    KeptTicks,
+    keep_state_since,
+    new_ticks_by_host,
+    write_restated,
+)
+from board.rollups.crediting import RollupDelta, Tick, from_us, to_us
 from board.rollups.store import upsert_rollup_delta
 
 __all__ = ["GpuInfo", "GpuKey", "Outcome", "TooManyGpus", "store_batch"]
@@ -146,7 +154,8 @@ async def _write_locked(
         batch.settle(i, too_many)
     fresh = batch.to_store()
     groups, newest = _group(batch, neighbours, gpu_cache)
-    delta = await _credit(conn, groups)
+    delta, booked = await _credit(conn, groups)
+    kept = await keep_state_since(conn, new_ticks_by_host(groups))
     if prepared is not None:
         prepared()
     async with conn.pipeline():  # one round trip: all the writes and COMMIT
@@ -154,7 +163,9 @@ async def _write_locked(
             await insert_raw(conn, fresh, gpu_cache)
             workspace_of_host = {h.host_id: h.workspace_id for h in hosts.values()}
             await upsert_rollup_delta(conn, workspace_of_host, delta)
-            await _advance_newest(conn, newest)
+            await upsert_figures(conn, booked)
+            await _advance_newest(conn, newest, kept)
+            await write_restated(conn, kept)
         await conn.commit()
     return batch.stored()
 
@@ -241,11 +252,15 @@ def _group(
     return groups, newest
 
 
-async def _credit(conn: psycopg.AsyncConnection[Any], groups: list[_IntervalGroup]) -> RollupDelta:
-    """Every group's interval changes in one delta.
+async def _credit(
+    conn: psycopg.AsyncConnection[Any], groups: list[_IntervalGroup]
+) -> tuple[RollupDelta, ReservationDelta]:
+    """Every group's interval changes in one delta, and the same changes to the figures
+    of the bookings they fall in (board.reservations.crediting).
 
     The usual opener is the host's newest tick, on its row; any other is read back from
-    the raw samples (one round trip for the batch, only when there is one).
+    the raw samples (one round trip for the batch, only when there is one). The bookings
+    of the batch's hosts in the stretch it credits are one indexed query.
     """
     to_read = sorted(
         {
@@ -255,12 +270,27 @@ async def _credit(conn: psycopg.AsyncConnection[Any], groups: list[_IntervalGrou
         }
     )
     stored_ticks = await load_ticks(conn, to_read)
+    booked = await load_bookings(conn, _credited_spans(groups))
     delta = RollupDelta()
     for group in groups:
         after_us = to_us(group.after) if group.after is not None else None
         opener = _opener(group, stored_ticks)
         delta.credit_insertion(opener, group.ticks, after_us, group.host.max_gap_us)
-    return delta
+        booked.credit_insertion(opener, group.ticks, after_us, group.host.max_gap_us)
+    return delta, booked
+
+
+def _credited_spans(groups: list[_IntervalGroup]) -> list[HostSpan]:
+    """Per host, the stretch whose intervals the batch credits or un-credits."""
+    spans: dict[int, tuple[int, int, int]] = {}
+    for group in groups:
+        lo = to_us(group.before) if group.before is not None else group.ticks[0].observed_us
+        hi = to_us(group.after) if group.after is not None else group.ticks[-1].observed_us
+        known = spans.get(group.host.host_id)
+        if known is not None:
+            lo, hi = min(lo, known[1]), max(hi, known[2])
+        spans[group.host.host_id] = (group.host.workspace_id, lo, hi)
+    return [HostSpan(ws, host, from_us(lo), from_us(hi)) for host, (ws, lo, hi) in spans.items()]
 
 
 def _opener(group: _IntervalGroup, stored_ticks: dict[PointKey, Tick]) -> Tick | None:
@@ -273,8 +303,11 @@ def _opener(group: _IntervalGroup, stored_ticks: dict[PointKey, Tick]) -> Tick |
     return stored_ticks.get((group.host.host_id, group.before))
 
 
-async def _advance_newest(conn: psycopg.AsyncConnection[Any], newest: list[_NewestState]) -> None:
-    """Move each host's newest state forward: its pointer, status, errors and tick."""
+async def _advance_newest(
+    conn: psycopg.AsyncConnection[Any], newest: list[_NewestState], kept: KeptTicks
+) -> None:
+    """Move each host's newest state forward: its pointer, status, errors and tick (with
+    each GPU's stateSince, board.ingest.state_since)."""
     if not newest:
         return
     await conn.execute(
@@ -302,7 +335,7 @@ async def _advance_newest(conn: psycopg.AsyncConnection[Any], newest: list[_Newe
             text_array(o.snapshot.collectionStatus for o, _ in newest),
             # Arrays of arrays must be rectangular; join each host's codes instead.
             text_array(chr(31).join(o.snapshot.errors) for o, _ in newest),
-            text_array(encode_tick(t) for _, t in newest),
+            text_array(kept.tick_for(o.host_id, t) for o, t in newest),
             text_array(o.snapshot.host.hostname for o, _ in newest),
             text_array(o.snapshot.host.agentVersion for o, _ in newest),
             text_array(o.snapshot.host.driverVersion for o, _ in newest),

@@ -26,7 +26,15 @@ from tests.board.builders import (
 from tests.web.helpers import sign_in
 
 EXPECTED = json.loads((LOCAL_EXAMPLES / "hosts-json-shapes.json").read_text())
-TIMES = {"lastSeenAt", "lastReceivedAt", "enrolledAt", "revokedAt", "lastAt", "generatedAt"}
+TIMES = {
+    "lastSeenAt",
+    "lastReceivedAt",
+    "enrolledAt",
+    "revokedAt",
+    "lastAt",
+    "generatedAt",
+    "stateSince",
+}
 VOLATILE = TIMES | {"hostId", "tokenPrefix"}
 # Python's isoformat in UTC, as the API has always written times (never a "Z").
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?\+00:00")
