@@ -21,9 +21,13 @@ from board.errors import install_error_handlers
 from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware, RequestGuardMiddleware
 from board.ingest.routes import router as ingest_router
-from board.logs import install_redaction
+from board.logs import RequestContextMiddleware, install_redaction
 from board.maintenance import maintenance_loop
+from board.metrics.exposition import mark_process_dead
+from board.metrics.http import ReportTimingMiddleware
+from board.metrics.routes import router as metrics_router
 from board.reports.routes import router as reports_router
+from board.reservations.routes import router as reservations_router
 from board.runtime import Runtime
 from board.settings import Settings, get_settings
 from board.stream.routes import agent_router as stream_agent_router
@@ -87,6 +91,7 @@ def create_app(
                 with suppress(asyncio.CancelledError):
                     await task
             await runtime.stop()
+            mark_process_dead()  # a stopping worker's live gauges no longer count
 
     # redirect_slashes off: Starlette's slash redirect names the request's Host header in
     # its Location (an open redirect behind a shared cache); /w/{slug} redirects itself.
@@ -99,8 +104,11 @@ def create_app(
         idle_seconds=settings.http_body_idle_seconds,
         total_seconds=settings.http_body_seconds,
     )
-    # Outermost: NUL in a URL, and bodies over the limit on routes without their own.
+    app.add_middleware(ReportTimingMiddleware)
+    # NUL in a URL, and bodies over the limit on routes without their own.
     app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes)
+    # Outermost: every request's id (in logs and the X-Request-ID answer), the access log.
+    app.add_middleware(RequestContextMiddleware, log_access=settings.access_log)
     app.include_router(ingest_router)
     app.include_router(archives_agent_router)
     app.include_router(archives_api_router)
@@ -111,7 +119,9 @@ def create_app(
     app.include_router(workspaces_router)
     app.include_router(me_router)
     app.include_router(reports_router)
+    app.include_router(reservations_router)
     app.include_router(audit_router)
+    app.include_router(metrics_router)
 
     install_web(app)
 

@@ -1,0 +1,119 @@
+"""How booked time was spent (accounting.md, "Reservations"), in one place.
+
+The ingest path (each new interval, and the re-split of one an out-of-order point lands
+in), a change of a booking (credit the difference) and the rebuild from raw samples all
+call `ReservationDelta.credit`, so they cannot disagree. Like the hourly rollups, every
+figure is integer microseconds, so un-crediting is the exact inverse of crediting and
+the figures do not depend on the order in which observations or bookings arrive.
+
+For each reserved GPU, each observed interval piece inside a booking (intervals are cut
+at the booking's start and end, and at hour boundaries) is exactly one of:
+used (a process of the booking's Linux users on an `active` card), idleHeld (one of
+theirs on a card that is not `active`), conflict (only someone else's), unused (none).
+"Someone else" includes `unknown`: a held card naming no compute process is billed to
+`unknown` by the hourly rollups, and is not idle either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from board.rollups.crediting import HOUR_US, Tick, billed_users
+
+# The sums kept per booking, GPU and hour, in the order of a ReservationDelta row.
+FIGURE_COLUMNS = ("covered_us", "used_us", "idle_held_us", "conflict_us", "unused_us")
+COVERED, USED, IDLE_HELD, CONFLICT, UNUSED = range(len(FIGURE_COLUMNS))
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """One GPU of a reservation, as the crediting needs it."""
+
+    workspace_id: int
+    reservation_id: int
+    gpu_id: int
+    start_us: int
+    end_us: int
+    linux_users: frozenset[str]
+
+
+def classify(state: str, holders: tuple[str, ...], linux_users: frozenset[str]) -> int:
+    """The slot one interval piece of a reserved GPU counts in."""
+    users = billed_users(state, holders)
+    if not users:
+        return UNUSED
+    if linux_users.intersection(users):
+        # The reserver's own process: working if the card is busy, else sitting held.
+        return USED if state == "active" else IDLE_HELD
+    return CONFLICT
+
+
+FigureKey = tuple[int, int, int]  # (reservation_id, gpu_id, hour start in µs)
+
+
+@dataclass
+class ReservationDelta:
+    """Changes to reservation_hour_figures, summed before one upsert writes them."""
+
+    # The bookings in force, by GPU id, and the sign each is credited with (a change of
+    # a booking un-credits its old range and credits its new one in one pass).
+    bookings: dict[int, list[tuple[Booking, int]]] = field(default_factory=dict)
+    figures: dict[FigureKey, list[int]] = field(default_factory=dict)
+    workspace_of: dict[int, int] = field(default_factory=dict)  # reservation id -> workspace
+
+    def add_booking(self, booking: Booking, sign: int = 1) -> None:
+        self.bookings.setdefault(booking.gpu_id, []).append((booking, sign))
+        self.workspace_of[booking.reservation_id] = booking.workspace_id
+
+    def credit(self, opener: Tick, end_us: int, max_gap_us: int, sign: int = 1) -> None:
+        """Credit (sign=1) or un-credit (sign=-1) the interval opened by `opener`."""
+        start = opener.observed_us
+        length = end_us - start
+        if length <= 0 or length > max_gap_us or not self.bookings:
+            return  # a gap counts for nobody, as in the hourly rollups
+        for g in opener.gpus:
+            booked = self.bookings.get(g.gpu_id)
+            if not booked:
+                continue
+            for booking, booking_sign in booked:
+                lo = max(start, booking.start_us)
+                hi = min(end_us, booking.end_us)
+                if lo >= hi:
+                    continue
+                slot = classify(g.state, g.holders, booking.linux_users)
+                signed = sign * booking_sign
+                cursor = lo
+                while cursor < hi:
+                    hour = cursor - cursor % HOUR_US
+                    piece = min(hi, hour + HOUR_US) - cursor
+                    key = (booking.reservation_id, g.gpu_id, hour)
+                    row = self.figures.get(key)
+                    if row is None:
+                        row = self.figures[key] = [0] * len(FIGURE_COLUMNS)
+                    row[COVERED] += signed * piece
+                    row[slot] += signed * piece
+                    cursor += piece
+
+    def credit_insertion(
+        self, before: Tick | None, new: Sequence[Tick], after_us: int | None, max_gap_us: int
+    ) -> None:
+        """New observations between two stored ones: before→after becomes before→new…→after."""
+        if not new or not self.bookings:
+            return
+        if before is not None and after_us is not None:
+            self.credit(before, after_us, max_gap_us, sign=-1)
+        if before is not None:
+            self.credit(before, new[0].observed_us, max_gap_us)
+        for opener, closer in zip(new, new[1:], strict=False):
+            self.credit(opener, closer.observed_us, max_gap_us)
+        if after_us is not None:
+            self.credit(new[-1], after_us, max_gap_us)
+
+    def credit_series(self, ticks: Sequence[Tick], max_gap_us: int) -> None:
+        """A stretch of a host's history in time order (booking changes, rebuilds)."""
+        self.credit_insertion(None, ticks, None, max_gap_us)
+
+    def keep_hours(self, start_us: int, end_us: int) -> None:
+        """Only the hours in [start, end): the rest was replayed only to cut intervals."""
+        self.figures = {k: v for k, v in self.figures.items() if start_us <= k[2] < end_us}

@@ -1,0 +1,239 @@
+"""GET …/reports/reservations: reserved against used GPU-hours, per booking, member,
+host or day (accounting.md, "Reservations"), JSON or CSV.
+
+Reads the per-hour figures the ingest path credits and the bookings' ranges; never a
+scan of raw samples. The window and zone rules are the usage report's
+(board.reports.params): whole UTC hours, a date meaning midnight in `tz`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from board.readmodels import ReadModel
+from board.reports.csv import spreadsheet_text
+from board.reports.params import (
+    FORMATS,
+    Window,
+    parse_choice,
+    parse_window,
+    require_whole_hour_days,
+)
+from board.reservations.crediting import FIGURE_COLUMNS
+
+GROUPS = ("reservation", "member", "host", "day")
+HOUR_US = 3_600_000_000
+FIGURES = (
+    "reservedGpuHours",
+    "coveredGpuHours",
+    "usedGpuHours",
+    "idleHeldGpuHours",
+    "conflictGpuHours",
+    "unusedGpuHours",
+    "reservedIdleGpuHours",
+    "usedShare",
+)
+KEY_FIELDS = {
+    "reservation": ("reservationId", "memberEmail", "hostId", "gpuUuids", "start", "end"),
+    "member": ("memberEmail",),
+    "host": ("hostId", "displayName"),
+    "day": ("day",),
+}
+
+
+class ReservationReportOut(ReadModel):
+    """For /docs: rows carry their key fields and FIGURES; totals the FIGURES."""
+
+    from_: str
+    to: str
+    group_by: str
+    tz: str
+    rows: list[dict[str, Any]]
+    totals: dict[str, Any]
+
+
+def _hours(us: int) -> float:
+    return round(us / HOUR_US, 6)
+
+
+@dataclass
+class _Sums:
+    reserved: int = 0
+    figures: list[int] = field(default_factory=lambda: [0] * len(FIGURE_COLUMNS))
+
+    def add(self, other: _Sums) -> None:
+        self.reserved += other.reserved
+        self.figures = [a + b for a, b in zip(self.figures, other.figures, strict=True)]
+
+    def shown(self) -> dict[str, Any]:
+        covered, used, idle_held, conflict, unused = self.figures
+        return {
+            "reservedGpuHours": _hours(self.reserved),
+            "coveredGpuHours": _hours(covered),
+            "usedGpuHours": _hours(used),
+            "idleHeldGpuHours": _hours(idle_held),
+            "conflictGpuHours": _hours(conflict),
+            "unusedGpuHours": _hours(unused),
+            "reservedIdleGpuHours": _hours(idle_held + unused),
+            "usedShare": None if covered == 0 else round(used / covered, 6),
+        }
+
+
+@dataclass
+class BuiltReport:
+    window: Window
+    group_by: str
+    format: str
+    rows: list[dict[str, Any]]
+    totals: dict[str, Any]
+
+    def json(self) -> bytes:
+        return json.dumps(
+            {
+                "from": self.window.start.isoformat(),
+                "to": self.window.end.isoformat(),
+                "groupBy": self.group_by,
+                "tz": self.window.tz_name,
+                "rows": self.rows,
+                "totals": self.totals,
+            }
+        ).encode()
+
+    def csv(self) -> str:
+        columns = (*KEY_FIELDS[self.group_by], *FIGURES)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\r\n")
+        writer.writerow(columns)
+        for row in self.rows:
+            writer.writerow([_cell(row[c]) for c in columns])
+        return out.getvalue()
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, list):
+        value = " ".join(str(v) for v in value)
+    if isinstance(value, str):
+        return spreadsheet_text(value)  # never a formula in a spreadsheet
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    return value
+
+
+_BOOKINGS = """
+    SELECT r.id, r.public_id, u.email, h.public_id, h.display_name, lower(r.during),
+           upper(r.during),
+           ARRAY(SELECT g.uuid FROM reservation_gpus rg
+                 JOIN gpus g ON g.workspace_id = rg.workspace_id AND g.id = rg.gpu_id
+                 WHERE rg.workspace_id = r.workspace_id AND rg.reservation_id = r.id
+                 ORDER BY g.gpu_index, g.uuid)
+    FROM reservations r
+    JOIN hosts h ON h.workspace_id = r.workspace_id AND h.id = r.host_id
+    JOIN users u ON u.id = r.user_id
+    WHERE r.workspace_id = %(ws)s AND r.during && tstzrange(%(from)s, %(to)s)
+    ORDER BY lower(r.during), r.id
+"""
+
+_FIGURES = """
+    SELECT reservation_id, hour_start, sum(covered_us)::bigint, sum(used_us)::bigint,
+           sum(idle_held_us)::bigint, sum(conflict_us)::bigint, sum(unused_us)::bigint
+    FROM reservation_hour_figures
+    WHERE workspace_id = %(ws)s AND hour_start >= %(from)s AND hour_start < %(to)s
+    GROUP BY reservation_id, hour_start
+"""
+
+
+async def host_names(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> dict[str, str]:
+    cur = await conn.execute(
+        "SELECT public_id, display_name FROM hosts WHERE workspace_id = %s", [workspace_id]
+    )
+    return {str(p): str(n) for p, n in await cur.fetchall()}
+
+
+def _reserved_by_day(window: Window, start: datetime, end: datetime, gpus: int) -> dict[str, int]:
+    """The booking's GPU-µs inside the window, cut at local midnights."""
+    lo, hi = max(start, window.start), min(end, window.end)
+    out: dict[str, int] = {}
+    while lo < hi:
+        local = window.local(lo)
+        next_day = window.day_start(local.date() + timedelta(days=1))
+        cut = min(hi, next_day)
+        out[local.date().isoformat()] = (cut - lo) // timedelta(microseconds=1) * gpus
+        lo = cut
+    return out
+
+
+async def build(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    from_: str | None,
+    to: str | None,
+    group_by: str | None,
+    tz: str | None,
+    fmt: str | None,
+) -> BuiltReport:
+    window = parse_window(from_, to, tz)
+    group = parse_choice("groupBy", group_by, GROUPS, "reservation")
+    chosen_format = parse_choice("format", fmt, FORMATS, "json")
+    if group == "day":
+        require_whole_hour_days(window)
+    bounds = {"ws": workspace_id, "from": window.start, "to": window.end}
+    cur = await conn.execute(_BOOKINGS, bounds)
+    bookings = await cur.fetchall()
+    cur = await conn.execute(_FIGURES, bounds)
+    figures = await cur.fetchall()
+
+    sums: dict[tuple[Any, ...], _Sums] = defaultdict(_Sums)
+    keys_of: dict[int, dict[str, Any]] = {}
+    for rid, public, email, host, name, start, end, uuids in bookings:
+        keys = {
+            "reservation": (str(public),),
+            "member": (email,),
+            "host": (str(host),),
+        }
+        keys_of[rid] = {
+            "fields": {
+                "reservationId": str(public),
+                "memberEmail": email,
+                "hostId": str(host),
+                "displayName": name,
+                "gpuUuids": list(uuids),
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+            },
+            "key": keys.get(group),
+        }
+        for day, reserved in _reserved_by_day(window, start, end, len(uuids)).items():
+            key = (day,) if group == "day" else keys[group]
+            sums[key].reserved += reserved
+    for rid, hour, *values in figures:
+        booking = keys_of.get(rid)
+        if booking is None:
+            continue
+        key = (window.local(hour).date().isoformat(),) if group == "day" else booking["key"]
+        row = sums[key]
+        row.figures = [a + b for a, b in zip(row.figures, values, strict=True)]
+
+    fields_of_key = {b["key"]: b["fields"] for b in keys_of.values() if b["key"] is not None}
+    rows: list[dict[str, Any]] = []
+    total = _Sums()
+    for key in (
+        sorted(sums, key=lambda k: tuple(str(p) for p in k)) if group != "reservation" else sums
+    ):
+        if group == "day":
+            head: dict[str, Any] = {"day": key[0]}
+        else:
+            shown = fields_of_key[key]
+            head = {name: shown[name] for name in KEY_FIELDS[group]}
+        rows.append({**head, **sums[key].shown()})
+        total.add(sums[key])
+    return BuiltReport(window, group, chosen_format, rows, total.shown())

@@ -1,0 +1,117 @@
+"""REST for reservations (board-api.md): book, list, move, cancel, the feed, the report."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+
+from board.auth.deps import MemberDep, ReaderDep
+from board.db.connection import report_connection
+from board.db.deps import SessionDep
+from board.reservations import report, service
+from board.reservations.calendar import ics
+from board.reservations.params import parse_moment
+from board.reservations.schemas import (
+    ReservationIn,
+    ReservationList,
+    ReservationOut,
+    ReservationPatch,
+)
+
+router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["reservations"])
+Text = Annotated[str | None, Query(max_length=200)]
+CSV_ALTERNATIVE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {"schema": {"type": "string"}}}}
+}
+
+
+@router.post("/reservations", status_code=201, response_model=ReservationOut)
+async def book(body: ReservationIn, ctx: MemberDep, session: SessionDep) -> ReservationOut:
+    return await service.create(session, ctx, body)
+
+
+async def _listed(
+    session: SessionDep,
+    workspace_id: int,
+    from_: str | None,
+    to: str | None,
+    host_id: str | None,
+    member_email: str | None,
+) -> list[ReservationOut]:
+    start = parse_moment("from", from_) or datetime.now(UTC) - timedelta(days=1)
+    end = parse_moment("to", to)
+    return await service.list_reservations(session, workspace_id, start, end, host_id, member_email)
+
+
+@router.get("/reservations", response_model=ReservationList)
+async def list_reservations(
+    ctx: ReaderDep,
+    session: SessionDep,
+    from_: Annotated[str | None, Query(alias="from", max_length=64)] = None,
+    to: Annotated[str | None, Query(max_length=64)] = None,
+    host_id: Annotated[str | None, Query(alias="hostId", max_length=64)] = None,
+    member_email: Annotated[str | None, Query(alias="memberEmail", max_length=320)] = None,
+) -> ReservationList:
+    listed = await _listed(session, ctx.workspace_id, from_, to, host_id, member_email)
+    return ReservationList(reservations=listed)
+
+
+@router.get("/reservations.ics", response_class=Response)
+async def calendar_feed(
+    ctx: ReaderDep,
+    session: SessionDep,
+    from_: Annotated[str | None, Query(alias="from", max_length=64)] = None,
+    to: Annotated[str | None, Query(max_length=64)] = None,
+    host_id: Annotated[str | None, Query(alias="hostId", max_length=64)] = None,
+    member_email: Annotated[str | None, Query(alias="memberEmail", max_length=320)] = None,
+) -> Response:
+    listed = await _listed(session, ctx.workspace_id, from_, to, host_id, member_email)
+    names = await report.host_names(await report_connection(session), ctx.workspace_id)
+    return Response(ics(ctx.workspace.slug, names, listed), media_type="text/calendar")
+
+
+@router.get("/reservations/{reservation_id}", response_model=ReservationOut)
+async def one(reservation_id: str, ctx: ReaderDep, session: SessionDep) -> ReservationOut:
+    conn = await report_connection(session)
+    return (await service.get(conn, ctx.workspace_id, reservation_id)).shown
+
+
+@router.patch("/reservations/{reservation_id}", response_model=ReservationOut)
+async def move(
+    reservation_id: str, body: ReservationPatch, ctx: MemberDep, session: SessionDep
+) -> ReservationOut:
+    return await service.update(session, ctx, reservation_id, body)
+
+
+@router.delete("/reservations/{reservation_id}", status_code=204, response_class=Response)
+async def cancel(reservation_id: str, ctx: MemberDep, session: SessionDep) -> Response:
+    await service.cancel(session, ctx, reservation_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/reports/reservations", response_model=report.ReservationReportOut, responses=CSV_ALTERNATIVE
+)
+async def reservations_report(
+    ctx: ReaderDep,
+    session: SessionDep,
+    from_: Annotated[str | None, Query(alias="from")] = None,
+    to: Text = None,
+    group_by: Annotated[str | None, Query(alias="groupBy")] = None,
+    tz: Text = None,
+    fmt: Annotated[str | None, Query(alias="format")] = None,
+) -> Response:
+    built = await report.build(
+        await report_connection(session), ctx.workspace_id, from_, to, group_by, tz, fmt
+    )
+    if built.format == "csv":
+        span = f"{built.window.start.date().isoformat()}-{built.window.end.date().isoformat()}"
+        name = f"{ctx.workspace.slug}-reservations-{span}.csv"
+        return Response(
+            built.csv(),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+    return Response(built.json(), media_type="application/json")

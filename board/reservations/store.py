@@ -1,0 +1,136 @@
+"""Reading bookings for the write path, writing figure deltas, and ticks from raw samples.
+
+All three run on a psycopg connection inside the caller's transaction, whose host rows
+are locked already: ingest batches and booking changes of one host never interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import psycopg
+
+from board.db.pgtext import int_array, text_array
+from board.reservations.crediting import Booking, ReservationDelta
+from board.rollups.crediting import HOUR_US, GpuTick, Tick, compute_holders, to_us
+
+
+class HostSpan(NamedTuple):
+    """The stretch [lo, hi] of one host's history a batch credits intervals in."""
+
+    workspace_id: int
+    host_id: int
+    lo: datetime
+    hi: datetime
+
+
+_BOOKINGS = """
+    SELECT rg.workspace_id, rg.gpu_id, rg.reservation_id, lower(rg.during), upper(rg.during),
+           r.linux_users
+    FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[])
+         AS s(ws, host_id, lo, hi)
+    JOIN reservation_gpus rg
+      ON rg.workspace_id = s.ws AND rg.host_id = s.host_id
+     AND rg.during && tstzrange(s.lo, s.hi, '[]')
+    JOIN reservations r ON r.workspace_id = rg.workspace_id AND r.id = rg.reservation_id
+"""
+
+
+async def load_bookings(
+    conn: psycopg.AsyncConnection[Any], spans: Sequence[HostSpan]
+) -> ReservationDelta:
+    """A delta that knows the bookings touching the spans (one indexed query)."""
+    delta = ReservationDelta()
+    if not spans:
+        return delta
+    cur = await conn.execute(
+        _BOOKINGS,
+        [
+            int_array(s.workspace_id for s in spans),
+            int_array(s.host_id for s in spans),
+            text_array(s.lo.isoformat() for s in spans),
+            text_array(s.hi.isoformat() for s in spans),
+        ],
+    )
+    seen: set[tuple[int, int]] = set()
+    for ws, gpu_id, reservation_id, start, end, users in await cur.fetchall():
+        if (reservation_id, gpu_id) in seen:  # two spans of one host may both find it
+            continue
+        seen.add((reservation_id, gpu_id))
+        delta.add_booking(
+            Booking(ws, reservation_id, gpu_id, to_us(start), to_us(end), frozenset(users))
+        )
+    return delta
+
+
+_UPSERT_FIGURES = """
+    INSERT INTO reservation_hour_figures AS f (workspace_id, reservation_id, gpu_id,
+        hour_start, covered_us, used_us, idle_held_us, conflict_us, unused_us)
+    SELECT ws, reservation_id, gpu_id, to_timestamp(hour * 3600), covered_us, used_us,
+           idle_held_us, conflict_us, unused_us
+    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
+                %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])
+         AS d(ws, reservation_id, gpu_id, hour, covered_us, used_us, idle_held_us,
+              conflict_us, unused_us)
+    ON CONFLICT (workspace_id, reservation_id, gpu_id, hour_start) DO UPDATE SET
+        covered_us = f.covered_us + EXCLUDED.covered_us,
+        used_us = f.used_us + EXCLUDED.used_us,
+        idle_held_us = f.idle_held_us + EXCLUDED.idle_held_us,
+        conflict_us = f.conflict_us + EXCLUDED.conflict_us,
+        unused_us = f.unused_us + EXCLUDED.unused_us
+"""
+
+
+async def upsert_figures(conn: psycopg.AsyncConnection[Any], delta: ReservationDelta) -> None:
+    """Add the delta's figures, in key order (concurrent upserts never deadlock)."""
+    rows = [
+        (delta.workspace_of[reservation], reservation, gpu, hour // HOUR_US, *sums)
+        for (reservation, gpu, hour), sums in sorted(delta.figures.items())
+        if any(sums)
+    ]
+    if rows:
+        await conn.execute(_UPSERT_FIGURES, [int_array(c) for c in zip(*rows, strict=True)])
+
+
+_TICKS = """
+    WITH holders AS (
+        SELECT observed_at, gpu_id, array_agg(DISTINCT linux_user) AS users
+        FROM process_samples
+        WHERE workspace_id = %(ws)s AND host_id = %(host)s AND type = 'compute'
+          AND observed_at >= %(lo)s AND observed_at <= %(hi)s
+        GROUP BY observed_at, gpu_id
+    )
+    SELECT o.observed_at, g.gpu_id, g.state, g.util_pct, g.memory_used_mb, g.memory_total_mb,
+           coalesce(p.users, '{}')
+    FROM host_observations o
+    LEFT JOIN gpu_samples g
+           ON g.workspace_id = o.workspace_id AND g.host_id = o.host_id
+          AND g.observed_at = o.observed_at
+    LEFT JOIN holders p ON p.observed_at = g.observed_at AND p.gpu_id = g.gpu_id
+    WHERE o.workspace_id = %(ws)s AND o.host_id = %(host)s
+      AND o.observed_at >= %(lo)s AND o.observed_at <= %(hi)s
+    ORDER BY o.observed_at, g.gpu_id
+"""
+
+
+async def host_ticks(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int, lo: datetime, hi: datetime
+) -> list[Tick]:
+    """The host's stored observations in [lo, hi] as ticks, in time order."""
+    cur = await conn.execute(_TICKS, {"ws": workspace_id, "host": host_id, "lo": lo, "hi": hi})
+    ticks: list[Tick] = []
+    current: datetime | None = None
+    gpus: list[GpuTick] = []
+    for observed_at, gpu_id, state, util, used, total, users in await cur.fetchall():
+        if observed_at != current:
+            if current is not None:
+                ticks.append(Tick(host_id, to_us(current), tuple(gpus)))
+            current, gpus = observed_at, []
+        if gpu_id is not None:
+            holders = compute_holders((u, "compute") for u in users)
+            gpus.append(GpuTick(gpu_id, state, util, used, total, holders))
+    if current is not None:
+        ticks.append(Tick(host_id, to_us(current), tuple(gpus)))
+    return ticks
