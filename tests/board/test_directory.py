@@ -1,0 +1,75 @@
+"""The directory: Linux users seen on the hosts, linked to members and teams by admins."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tests.board.builders import enroll, push
+from tests.board.test_reports_builders import (
+    days_ago_midnight,
+    gpu,
+    observation,
+    proc,
+    quick_tenant,
+)
+
+
+def _url(tenant, rest: str = "") -> str:
+    return f"/api/v1/workspaces/{tenant.slug}/directory{rest}"
+
+
+async def test_seen_users_and_entries_made_ahead(app, client) -> None:
+    tenant = await quick_tenant(app, "dir")
+    other = await quick_tenant(app, "dir")
+    host = await enroll(client, tenant, "node")
+    at = days_ago_midnight(1) + timedelta(hours=3)
+    for i in range(3):
+        body = observation(at + timedelta(seconds=30 * i), [gpu(0, util=50, procs=[proc("alice")])])
+        assert (await push(client, host["agentToken"], body)).status_code == 202
+    r = await client.put(
+        _url(tenant, "/newcomer"),
+        json={"memberEmail": f"member@{tenant.slug}.example", "team": "vision"},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "linuxUser": "newcomer",
+        "memberEmail": f"member@{tenant.slug}.example",
+        "team": "vision",
+        "firstSeenAt": None,
+        "lastSeenAt": None,
+    }
+    listed = (await client.get(_url(tenant), headers=tenant.auth("finance"))).json()["entries"]
+    alice = next(e for e in listed if e["linuxUser"] == "alice")
+    assert alice["firstSeenAt"] == at.replace(minute=0).isoformat()
+    assert alice["memberEmail"] is None
+    assert {e["linuxUser"] for e in listed} == {"alice", "newcomer"}
+    # Another workspace sees none of it.
+    assert (await client.get(_url(other), headers=other.auth())).json()["entries"] == []
+    assert (await client.get(_url(tenant), headers=other.auth())).status_code == 404
+    # A booking by that member counts its linked accounts by default.
+    r = await client.put(
+        _url(tenant, "/alice"),
+        json={"memberEmail": f"member@{tenant.slug}.example", "team": None},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200 and r.json()["firstSeenAt"] is not None
+
+
+async def test_bad_directory_input(app, client) -> None:
+    tenant = await quick_tenant(app, "dir")
+    ok = {"memberEmail": None, "team": "ml"}
+    for path, body, role, status in [
+        ("/alice", ok, "member", 403),
+        ("/alice", ok, "finance", 403),
+        ("/al%20ice", ok, "admin", 422),
+        ("/" + "a" * 70, ok, "admin", 422),
+        ("/alice", {"memberEmail": "stranger@example.com", "team": None}, "admin", 422),
+        ("/alice", {"memberEmail": None, "team": "x" * 101}, "admin", 422),
+        ("/alice", {"memberEmail": None, "team": "a\u0000b"}, "admin", 422),
+        ("/alice", {"team": "ml", "extra": 1}, "admin", 422),
+    ]:
+        r = await client.put(_url(tenant, path), json=body, headers=tenant.auth(role))
+        assert r.status_code == status, (path, body, r.text)
+        assert isinstance(r.json()["detail"], str)
+    assert (await client.get(_url(tenant), headers=tenant.auth())).json()["entries"] == []
