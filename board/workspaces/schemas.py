@@ -32,6 +32,7 @@ class WorkspaceSettings(ReadModel):
     timezone: str
     retention_days: int
     max_gpus_per_host: int
+    max_reservation_days: int
 
 
 def _not_null(value: object) -> object:
@@ -67,6 +68,7 @@ class SettingsPatch(BaseModel):
     timezone: Annotated[str | None, NotNull, AfterValidator(_iana_zone)] = None
     retention_days: Annotated[int | None, NotNull, Field(ge=1, le=3650)] = None
     max_gpus_per_host: Annotated[int | None, NotNull, Field(ge=1, le=4096)] = None
+    max_reservation_days: Annotated[int | None, NotNull, Field(ge=1, le=366)] = None
 
     @model_validator(mode="wrap")
     @classmethod

@@ -53,7 +53,8 @@ async def test_seen_users_and_entries_made_ahead(app, client) -> None:
         json={"memberEmail": f"member@{tenant.slug}.example", "team": None},
         headers=tenant.auth(),
     )
-    assert r.status_code == 200 and r.json()["firstSeenAt"] is not None
+    assert r.status_code == 200
+    assert r.json()["firstSeenAt"] is not None
 
 
 async def test_bad_directory_input(app, client) -> None:
