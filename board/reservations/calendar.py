@@ -30,4 +30,5 @@ def ics(workspace_slug: str, host_names: dict[str, str], bookings: list[Reservat
             lines.append(booking.note)
         event.add("description", "\n".join(lines))
         cal.add_component(event)
-    return cal.to_ical()
+    feed: bytes = cal.to_ical()
+    return feed
