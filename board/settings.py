@@ -5,15 +5,34 @@ from __future__ import annotations
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import platformdirs
 from fastapi import Depends
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import HTTPConnection
 
 _WEAK_SECRETS = {"changeme", "secret", "password", "dev", "test", "insecure"}
+
+
+class OidcProvider(BaseModel):
+    """One OpenID Connect provider people may sign in with (board.sso, docs/sso.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # In the board's URLs (/signin/sso/<name>) and the audit log.
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+    display_name: str = Field(min_length=1, max_length=60)
+    # Its discovery document is <issuer>/.well-known/openid-configuration.
+    issuer: str = Field(pattern=r"^https?://[^\s]+$", max_length=500)
+    client_id: str = Field(min_length=1, max_length=500)
+    client_secret: SecretStr
+    # Optional: a verified email of one of these domains with no account yet gets one,
+    # and joins join_workspace with join_role. Empty: only existing accounts sign in.
+    allowed_domains: list[str] = Field(default_factory=list, max_length=50)
+    join_workspace: str | None = None
+    join_role: Literal["admin", "member", "finance"] = "member"
 
 
 class Settings(BaseSettings):
@@ -86,8 +105,25 @@ class Settings(BaseSettings):
     # An archive tick this close to a stored observation of the host is the same tick.
     archive_match_tolerance_ms: int = Field(default=1000, ge=0, le=60_000)
     backfill_poll_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Single sign-on (board.sso): a JSON list of OidcProvider objects, e.g.
+    # GUA_BOARD_SSO_PROVIDERS='[{"name": "okta", "display_name": "Okta", ...}]'.
+    sso_providers: list[OidcProvider] = Field(default_factory=list, max_length=20)
+    # false: no password form, and POST /signin is refused (sign in with a provider).
+    password_signin: bool = True
     # The live utilization stream (board.stream): how much recent history each process keeps.
     stream_keep_seconds: int = Field(default=300, ge=10, le=3600)
+
+    @model_validator(mode="after")
+    def _someone_can_sign_in(self) -> Settings:
+        if not self.password_signin and not self.sso_providers:
+            raise ValueError(
+                "GUA_BOARD_PASSWORD_SIGNIN=false needs at least one GUA_BOARD_SSO_PROVIDERS "
+                "entry: nobody could sign in"
+            )
+        names = [p.name for p in self.sso_providers]
+        if len(set(names)) != len(names):
+            raise ValueError("GUA_BOARD_SSO_PROVIDERS: each provider needs its own name")
+        return self
 
     @field_validator("database_url")
     @classmethod

@@ -5,13 +5,21 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from board.web import account_routes, admin_routes, auth_routes, fleet_routes, usage_routes
+from board.web import (
+    account_routes,
+    admin_routes,
+    auth_routes,
+    fleet_routes,
+    sso_routes,
+    usage_routes,
+)
 from board.web.render import STATIC
 
 
 def install_web(app: FastAPI) -> None:
     """The page routers and the static files (shipped in the package: no CDN)."""
     app.include_router(auth_routes.router)
+    app.include_router(sso_routes.router)
     app.include_router(account_routes.router)
     app.include_router(fleet_routes.router)
     app.include_router(usage_routes.router)

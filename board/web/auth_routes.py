@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request, Response
+from fastapi import APIRouter, Depends, Form, Request, Response
 
 from board.audit.deps import ClientAddressDep
 from board.audit.service import record_for_person
@@ -12,6 +12,7 @@ from board.auth import signin_limits, web_sessions
 from board.auth.deps import PasswordGateDep, memberships_of
 from board.auth.passwords import PasswordsBusy
 from board.db.deps import SessionDep
+from board.errors import Forbidden
 from board.runtime import RuntimeDep
 from board.web.deps import (
     CsrfDep,
@@ -23,21 +24,13 @@ from board.web.deps import (
 )
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session
+from board.web.signin_page import safe_next, signin_page
 from board.workspaces.service import find_user, plausible_email
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 _REFUSED = "Wrong email or password."
 _BUSY_SECONDS = 5
-
-
-def safe_next(value: str | None) -> str:
-    """Only a path on this board: never another site (open redirect)."""
-    if not value or not value.startswith("/") or value.startswith(("//", "/\\")):
-        return "/"
-    if any(ord(c) < 0x20 or c == "\\" for c in value):
-        return "/"
-    return value
 
 
 @router.get("/")
@@ -56,28 +49,46 @@ async def switch(person: SignedInDep, request: Request, slug: str = "") -> Respo
 
 @router.get("/signin")
 async def signin_form(
-    request: Request, web: WebSessionDep, db: SessionDep, next: str = "/"
+    request: Request, web: WebSessionDep, db: SessionDep, runtime: RuntimeDep, next: str = "/"
 ) -> Response:
     try:
         await signed_in(web, db)
         return redirect(request, safe_next(next))
     except SignInRequired:
         pass
-    return render(request, "signin.html", {"next": safe_next(next), "email": "", "error": None})
+    return signin_page(request, runtime.settings, next=next)
 
 
 def _refused(
     request: Request, context: dict[str, str], error: str, status: int, retry: int = 0
 ) -> Response:
-    response = render(request, "signin.html", {**context, "error": error}, status_code=status)
+    settings = request.app.state.runtime.settings
+    response = signin_page(
+        request,
+        settings,
+        next=context["next"],
+        email=context["email"],
+        error=error,
+        status_code=status,
+    )
     if retry:
         response.headers["Retry-After"] = str(retry)
     return response
 
 
+def password_signin_on(runtime: RuntimeDep) -> None:
+    """403 before anything else (the form's token included) when passwords are off."""
+    if not runtime.settings.password_signin:
+        raise Forbidden(
+            "Password sign-in is turned off on this board: use a single sign-on button "
+            "on the sign-in page."
+        )
+
+
 @router.post("/signin")
 async def signin(
     request: Request,
+    _password_signin: Annotated[None, Depends(password_signin_on)],
     _csrf: CsrfDep,
     web: WebSessionDep,
     db: SessionDep,

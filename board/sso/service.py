@@ -1,0 +1,119 @@
+"""Sign-ins with an OpenID provider: the pending login (single-use, bound to the
+browser), and the account the provider's verified email belongs to.
+
+The pages (board/web/sso_routes.py) hold the cookies and the web session; this module
+holds the rules.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from board.audit.service import record_event
+from board.auth import tokens
+from board.auth.models import Membership, User, Workspace
+from board.settings import OidcProvider
+from board.sso import oidc
+from board.sso.models import SsoLogin
+from board.sso.oidc import SsoFailed
+from board.workspaces.service import find_user, plausible_email
+
+# Time from "Sign in with …" to coming back from the provider.
+PENDING_SECONDS = 600
+MAX_STATE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Begun:
+    url: str  # the provider's authorization URL
+    browser_secret: str  # for a cookie of this browser only
+
+
+async def begin(
+    db: AsyncSession, provider: OidcProvider, redirect_uri: str, next_path: str
+) -> Begun:
+    """A new pending login, kept (hashed) until the callback or PENDING_SECONDS."""
+    started = await oidc.start(provider, redirect_uri)
+    now = datetime.now(UTC)
+    # Abandoned logins go as new ones start: the table stays small without a schedule.
+    await db.execute(delete(SsoLogin).where(SsoLogin.expires_at <= now))
+    browser_secret = secrets.token_urlsafe(32)
+    db.add(
+        SsoLogin(
+            state_hash=tokens.digest(started.state),
+            browser_hash=tokens.digest(browser_secret),
+            provider=provider.name,
+            nonce=started.nonce,
+            code_verifier=started.code_verifier,
+            next_path=next_path,
+            expires_at=now + timedelta(seconds=PENDING_SECONDS),
+        )
+    )
+    await db.flush()
+    return Begun(url=started.url, browser_secret=browser_secret)
+
+
+async def take_pending(
+    db: AsyncSession, provider: OidcProvider, state: str, browser_secret: str | None
+) -> SsoLogin:
+    """The pending login of this state, removed whatever happens next (single use)."""
+    if not state or len(state) > MAX_STATE_CHARS:
+        raise SsoFailed("This sign-in link is not valid. Start again.")
+    row = (
+        await db.execute(
+            delete(SsoLogin).where(SsoLogin.state_hash == tokens.digest(state)).returning(SsoLogin)
+        )
+    ).scalar_one_or_none()
+    if row is None or row.expires_at <= datetime.now(UTC) or row.provider != provider.name:
+        raise SsoFailed("This sign-in has expired or was already used. Start again.")
+    if browser_secret is None or not hmac.compare_digest(
+        tokens.digest(browser_secret), row.browser_hash
+    ):
+        raise SsoFailed("This sign-in was started in another browser. Start again from this one.")
+    return row
+
+
+async def account_for(db: AsyncSession, provider: OidcProvider, identity: oidc.Identity) -> User:
+    """The person the provider vouches for: an account with that email, or a new one when
+    the email's domain is allowed and a workspace to join is configured."""
+    email = identity.email
+    if email is None or not plausible_email(email):
+        raise SsoFailed(f"{provider.display_name} did not share an email address.")
+    if identity.email_verified is False:
+        raise SsoFailed(f"{provider.display_name} says {email} is not verified.")
+    user = await find_user(db, email)
+    if user is not None:
+        return user
+    domain = email.rsplit("@", 1)[1]
+    allowed = {d.strip().lower().lstrip("@") for d in provider.allowed_domains}
+    if provider.join_workspace is None or domain not in allowed:
+        raise SsoFailed(f"There is no account for {email} on this board. Ask an admin to add you.")
+    workspace = await _workspace(db, provider.join_workspace)
+    user = User(email=email, password_hash=None)
+    db.add(user)
+    await db.flush()
+    db.add(Membership(workspace_id=workspace.id, user_id=user.id, role=provider.join_role))
+    record_event(
+        db,
+        workspace.id,
+        "member.joined",
+        user_id=user.id,
+        email=email,
+        target=email,
+        detail={"role": provider.join_role, "provider": provider.name},
+    )
+    await db.flush()
+    return user
+
+
+async def _workspace(db: AsyncSession, slug: str) -> Workspace:
+    workspace = await db.scalar(select(Workspace).where(Workspace.slug == slug))
+    if workspace is None:
+        raise SsoFailed("Single sign-on is misconfigured on this board (no workspace to join).")
+    return workspace
