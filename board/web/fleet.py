@@ -5,11 +5,18 @@ host is fresh (`ok` or `partial`); on a stale host nobody knows what the card do
 so it is "not observed" and shows its last known values greyed out. That `usageState` is
 the counted state (the one the rollups credit), so a busy card whose process list could
 not be read counts as active, never as free.
+
+At fleet scale (hundreds of hosts) the page answers a team lead's questions first: the
+counts by state and the worst offenders (idle-held longest, from `stateSince`), then
+the GPUs grouped by host, user or state, sorted, in cards or one dense row each.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut
@@ -17,6 +24,34 @@ from board.rollups.crediting import billed_users, compute_holders
 
 CARD_STATES = ("active", "idle_held", "idle", "not_observed")
 FRESH = ("ok", "partial")
+GROUPS = {"host": "Host", "user": "User", "state": "State"}
+SORTS = {
+    "name": "Host and GPU",
+    "idle_held": "Idle-held longest",
+    "util": "Utilization",
+    "memory": "Memory used",
+}
+VIEWS = {"cards": "Cards", "rows": "Rows", "map": "Heat-map"}
+# Above this many GPUs the page opens in the dense view unless the URL names one.
+CARDS_UP_TO = 48
+OFFENDERS = 5
+NOBODY = "(nobody)"
+
+
+def duration(since: datetime | None, now: datetime) -> str:
+    """'3 h 10 min', '2 d 4 h', '12 min', 'under 1 min': whole minutes, rounded down."""
+    if since is None:
+        return ""
+    minutes = max(0, int((now - since).total_seconds() // 60))
+    if minutes < 1:
+        return "under 1 min"
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {mins} min"
+    return f"{mins} min"
 
 
 @dataclass(frozen=True)
@@ -36,6 +71,10 @@ class Card:
     process_count: int
     # Why the board derived the state itself (the agent sent no usageState), or None.
     derived: str | None = None
+    host_name: str = ""
+    state_since: datetime | None = None
+    # "3 h 10 min" in this state (rendered at the page's minute), "" when unknown.
+    state_for: str = ""
 
     @property
     def memory_pct(self) -> float | None:
@@ -66,10 +105,21 @@ class HostCards:
         return self.host.host_id
 
 
+@dataclass(frozen=True)
+class CardGroup:
+    """A heading (host, Linux user or state) and its GPUs, for the user and state groupings."""
+
+    key: str
+    title: str
+    cards: list[Card]
+
+
 @dataclass
 class Fleet:
     hosts: list[HostCards]
     counts: dict[str, int] = field(default_factory=dict)
+    offenders: list[Card] = field(default_factory=list)
+    groups: list[CardGroup] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -86,7 +136,7 @@ class Fleet:
         }
 
 
-def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut) -> Card:
+def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut, now: datetime | None = None) -> Card:
     processes = gpu.processes
     # Who is billed, as the reports show it: a held card naming no compute process
     # (an unreadable process list) is held by `unknown`, not by nobody.
@@ -96,6 +146,7 @@ def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut) -> Card:
         else None
     )
     state = gpu.usage_state if host.freshness in FRESH else "not_observed"
+    since = gpu.state_since if state != "not_observed" else None
     return Card(
         host_id=host.host_id,
         uuid=gpu.uuid,
@@ -110,6 +161,9 @@ def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut) -> Card:
         holders=holders,
         process_count=gpu.process_count,
         derived=_derived(host, gpu, state),
+        host_name=host.display_name,
+        state_since=since,
+        state_for=duration(since, now) if now is not None else "",
     )
 
 
@@ -121,22 +175,72 @@ def _derived(host: HostOut, gpu: GpuOut | GpuProcessCountOut, state: str) -> str
     return "State derived by the board"
 
 
-def host_cards(host: HostOut) -> HostCards:
-    cards = sorted((card_of(host, g) for g in host.gpus), key=lambda c: (c.index, c.uuid))
+def host_cards(host: HostOut, now: datetime | None = None) -> HostCards:
+    cards = sorted((card_of(host, g, now) for g in host.gpus), key=lambda c: (c.index, c.uuid))
     return HostCards(host=host, cards=cards)
 
 
-def build_fleet(hosts: list[HostOut], state: str = "", host_id: str = "") -> Fleet:
-    """Counts over the whole fleet; the host list narrowed to the filters."""
-    everything = [host_cards(h) for h in hosts]
+def card_sort_key(sort: str) -> Callable[[Card], tuple[Any, ...]]:
+    """Longest idle-held first; largest utilization or memory first; else host and index."""
+    if sort == "idle_held":
+        return lambda c: (
+            c.state != "idle_held",
+            c.state_since.timestamp() if c.state_since else float("inf"),
+            c.host_name,
+            c.index,
+        )
+    if sort == "util":
+        return lambda c: (-(c.util_pct if c.util_pct is not None else -1), c.host_name, c.index)
+    if sort == "memory":
+        return lambda c: (-(c.memory_pct if c.memory_pct is not None else -1), c.host_name, c.index)
+    return lambda c: (c.host_name, c.host_id, c.index, c.uuid)
+
+
+def worst_offenders(cards: list[Card], n: int = OFFENDERS) -> list[Card]:
+    """The GPUs idle-held the longest (by stateSince), on fresh hosts."""
+    held = [c for c in cards if c.state == "idle_held" and c.state_since is not None]
+    return sorted(held, key=card_sort_key("idle_held"))[:n]
+
+
+def _grouped(cards: list[Card], group: str, sort: str) -> list[CardGroup]:
+    key = card_sort_key(sort)
+    buckets: dict[str, list[Card]] = defaultdict(list)
+    if group == "user":
+        for c in cards:
+            for user in c.holders or (NOBODY,):
+                buckets[user].append(c)
+        order = sorted(buckets, key=lambda u: (u == NOBODY, u.casefold()))
+        return [CardGroup(u, u, sorted(buckets[u], key=key)) for u in order]
+    for c in cards:
+        buckets[c.state].append(c)
+    return [CardGroup(s, s, sorted(buckets[s], key=key)) for s in CARD_STATES if buckets[s]]
+
+
+def build_fleet(
+    hosts: list[HostOut],
+    state: str = "",
+    host_id: str = "",
+    *,
+    shown: list[HostOut] | None = None,
+    group: str = "host",
+    sort: str = "name",
+    now: datetime | None = None,
+) -> Fleet:
+    """Counts and offenders over the whole fleet; the GPUs shown narrowed to the filters.
+
+    `shown`: the hosts a search left (board.hosts.search), else all of `hosts`.
+    """
+    everything = [host_cards(h, now) for h in hosts]
     counts = dict.fromkeys(CARD_STATES, 0)
     for h in everything:
         for c in h.cards:
             counts[c.state] += 1
     counts["total"] = sum(counts[s] for s in CARD_STATES)
     counts["hosts"] = len(everything)
-    shown: list[HostCards] = []
-    for h in everything:
+    offenders = worst_offenders([c for h in everything for c in h.cards])
+    narrowed = everything if shown is None else [host_cards(h, now) for h in shown]
+    listed: list[HostCards] = []
+    for h in narrowed:
         if host_id and h.host_id != host_id:
             continue
         if state:
@@ -144,5 +248,66 @@ def build_fleet(hosts: list[HostOut], state: str = "", host_id: str = "") -> Fle
             if not matching:
                 continue
             h = HostCards(host=h.host, cards=matching)
-        shown.append(h)
-    return Fleet(hosts=shown, counts=counts)
+        listed.append(h)
+    if sort != "name":
+        key = card_sort_key(sort)
+        listed = [HostCards(h.host, sorted(h.cards, key=key)) for h in listed]
+        listed.sort(key=lambda h: (0, key(h.cards[0])) if h.cards else (1, (h.host.display_name,)))
+    groups = _grouped([c for h in listed for c in h.cards], group, sort) if group != "host" else []
+    return Fleet(hosts=listed, counts=counts, offenders=offenders, groups=groups)
+
+
+@dataclass
+class Person:
+    """One Linux user: the GPUs they hold now, idle-held ones and since when, this week's hours."""
+
+    user: str
+    held: int = 0
+    idle_held: int = 0
+    idle_held_since: datetime | None = None
+    idle_held_for: str = ""
+    held_gpu_hours: float = 0.0
+    idle_held_gpu_hours: float = 0.0
+
+
+def people(
+    hosts: list[HostOut], week: list[dict[str, Any]], now: datetime, sort: str = "idle_held"
+) -> list[Person]:
+    """Holders on fresh hosts now, joined with the week's usage report rows (by `user`).
+
+    Sorted by idle-held GPUs (then the longest idle-held first), or by this week's hours.
+    """
+    found: dict[str, Person] = {}
+    for host in hosts:
+        for card in host_cards(host, now).cards:
+            if card.state not in ("active", "idle_held"):
+                continue
+            for user in card.holders or ():
+                person = found.setdefault(user, Person(user))
+                person.held += 1
+                if card.state == "idle_held":
+                    person.idle_held += 1
+                    since = card.state_since
+                    if since is not None and (
+                        person.idle_held_since is None or since < person.idle_held_since
+                    ):
+                        person.idle_held_since = since
+    for row in week:
+        person = found.setdefault(str(row["user"]), Person(str(row["user"])))
+        person.held_gpu_hours = float(row["heldGpuHours"] or 0.0)
+        person.idle_held_gpu_hours = float(row["idleHeldGpuHours"] or 0.0)
+    for person in found.values():
+        person.idle_held_for = duration(person.idle_held_since, now)
+    listed = list(found.values())
+    if sort == "hours":
+        listed.sort(key=lambda p: (-p.held_gpu_hours, p.user))
+    else:
+        listed.sort(
+            key=lambda p: (
+                -p.idle_held,
+                p.idle_held_since.timestamp() if p.idle_held_since else float("inf"),
+                -p.held,
+                p.user,
+            )
+        )
+    return listed

@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.hosts import service as hosts
 from board.hosts.models import Host
+from board.hosts.search import MAX_QUERY_CHARS, search_hosts
 from board.reports import service as reports
-from board.reports.params import parse_window
+from board.reports.params import parse_window, parse_zone
 from board.runtime import RuntimeDep
 from board.stream.sse import sse_response
 from board.web.charts import percent_chart
 from board.web.deps import MemberPageDep, Page, PageDep
-from board.web.fleet import CARD_STATES, Fleet, build_fleet, host_cards
+from board.web.fleet import (
+    CARD_STATES,
+    CARDS_UP_TO,
+    GROUPS,
+    SORTS,
+    VIEWS,
+    Fleet,
+    build_fleet,
+    host_cards,
+    people,
+)
 from board.web.render import PageRoute, finish, render, templates
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
@@ -35,22 +50,102 @@ def _fragments(names: dict[str, str], context: dict[str, Any]) -> dict[str, str]
     return {key: templates.get_template(name).render(context) for key, name in names.items()}
 
 
-async def _fleet_context(
-    page: Page, db: SessionDep, state: str, host: str
-) -> tuple[dict[str, Any], Fleet]:
+@dataclass(frozen=True)
+class FleetQuery:
+    """The fleet page's URL parameters; an unknown choice falls back to its default."""
+
+    state: str = ""
+    host: str = ""
+    q: str = ""
+    sort: str = "name"
+    group: str = "host"
+    view: str = ""
+
+    def params(self, **changes: str) -> str:
+        """This query as a URL query string, with `changes`, defaults left out."""
+        values = {**self.__dict__, **changes}
+        defaults = FleetQuery().__dict__
+        shown = {k: v for k, v in values.items() if v and v != defaults[k]}
+        return urlencode(shown)
+
+
+def fleet_query(
+    state: str = "",
+    host: str = "",
+    q: Annotated[str, Query(max_length=MAX_QUERY_CHARS)] = "",
+    sort: str = "name",
+    group: str = "host",
+    view: str = "",
+) -> FleetQuery:
     state, host = _filters(state, host)
+    return FleetQuery(
+        state=state,
+        host=host,
+        q=q.strip(),
+        sort=sort if sort in SORTS else "name",
+        group=group if group in GROUPS else "host",
+        view=view if view in VIEWS else "",
+    )
+
+
+FleetQueryDep = Annotated[FleetQuery, Depends(fleet_query)]
+
+
+async def _fleet_context(
+    page: Page, db: SessionDep, query: FleetQuery
+) -> tuple[dict[str, Any], Fleet]:
     all_hosts = await hosts.list_hosts(db, page.ctx)
-    fleet = build_fleet(all_hosts, state, host)
+    now = datetime.now(UTC)
+    # Durations are shown to the minute: the same minute renders the same page, so an
+    # unchanged fleet answers a refresh with 304.
+    minute = now.replace(second=0, microsecond=0)
+    shown = search_hosts(all_hosts, query.q) if query.q else None
+    fleet = build_fleet(
+        all_hosts,
+        query.state,
+        query.host,
+        shown=shown,
+        group=query.group,
+        sort=query.sort,
+        now=minute,
+    )
+    shown_gpus = sum(len(h.cards) for h in fleet.hosts)
+    view = query.view or ("cards" if fleet.counts["total"] <= CARDS_UP_TO else "rows")
     context = {
         "page": page,
         "fleet": fleet,
-        "state": state,
-        "host": host,
-        "filtered": bool(state or host),
-        "now": datetime.now(UTC),
+        "query": query,
+        "view": view,
+        "state": query.state,
+        "host": query.host,
+        "filtered": bool(query.state or query.host or query.q),
+        "shown_gpus": shown_gpus,
+        "now": minute,
         "host_options": all_hosts,
+        "sorts": SORTS,
+        "groups": GROUPS,
+        "views": VIEWS,
     }
     return context, fleet
+
+
+def etag_of(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def conditional_json(request: Request, body: dict[str, Any], volatile: tuple[str, ...]) -> Response:
+    """JSON with an ETag over everything but `volatile` keys; 304 when the client has it.
+
+    A tab left open all day asks every few seconds; when nothing changed the answer is
+    a few hundred bytes of headers instead of the whole fleet.
+    """
+    stable = {k: v for k, v in body.items() if k not in volatile}
+    etag = etag_of(json.dumps(stable, separators=(",", ":"), sort_keys=True).encode())
+    if etag in (request.headers.get("if-none-match") or ""):
+        return finish(request, Response(status_code=304, headers={"ETag": etag}))
+    response = finish(request, JSONResponse(body))
+    response.headers["ETag"] = etag
+    return response
 
 
 @router.get("")
@@ -62,26 +157,62 @@ async def fleet_without_slash(request: Request, page: PageDep) -> Response:
 
 @router.get("/")
 async def fleet_page(
-    request: Request, page: PageDep, db: SessionDep, state: str = "", host: str = ""
+    request: Request, page: PageDep, db: SessionDep, query: FleetQueryDep
 ) -> Response:
-    context, _ = await _fleet_context(page, db, state, host)
+    context, _ = await _fleet_context(page, db, query)
     context.update(nav="fleet", states=CARD_STATES, refresh_seconds=REFRESH_SECONDS)
     return render(request, "fleet.html", context)
 
 
 @router.get("/fleet.json")
 async def fleet_json(
-    request: Request, page: PageDep, db: SessionDep, state: str = "", host: str = ""
+    request: Request, page: PageDep, db: SessionDep, query: FleetQueryDep
 ) -> Response:
-    context, fleet = await _fleet_context(page, db, state, host)
+    context, fleet = await _fleet_context(page, db, query)
     body = {
-        "generatedAt": context["now"].isoformat(),
+        "generatedAt": datetime.now(UTC).isoformat(),
         **fleet.as_json(),
         "fragments": _fragments(
             {"counts": "_fleet_counts.html", "hosts": "_fleet_hosts.html"}, context
         ),
     }
-    return finish(request, JSONResponse(body))
+    return conditional_json(request, body, volatile=("generatedAt",))
+
+
+def _week_start(today: date) -> date:
+    return today - timedelta(days=today.weekday())
+
+
+@router.get("/people")
+async def people_page(
+    request: Request, page: PageDep, db: SessionDep, sort: str = "idle_held"
+) -> Response:
+    """Each Linux user: GPUs held now, idle-held and since when, GPU-hours this week
+    (from the usage report, which reads the rollups, not the raw samples)."""
+    sort = sort if sort in ("idle_held", "hours") else "idle_held"
+    tz = page.ctx.workspace.timezone
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    all_hosts = await hosts.list_hosts(db, page.ctx)
+    week_rows: list[dict[str, Any]] = []
+    first = tomorrow = None
+    if page.ctx.sees_processes:
+        _, zone = parse_zone(tz)
+        today = datetime.now(zone).date()
+        first, tomorrow = _week_start(today), today + timedelta(days=1)
+        window = parse_window(first.isoformat(), tomorrow.isoformat(), tz)
+        report = await reports.usage_report(
+            await report_connection(db), page.ctx.workspace_id, window, ("user",)
+        )
+        week_rows = list(report.rows)
+    context = {
+        "page": page,
+        "nav": "fleet",
+        "people": people(all_hosts, week_rows, now, sort) if page.ctx.sees_processes else [],
+        "sort": sort,
+        "week_from": first,
+        "now": now,
+    }
+    return render(request, "people.html", context)
 
 
 async def _host_context(page: Page, db: SessionDep, row: Host) -> dict[str, Any]:

@@ -41,13 +41,18 @@
     const every = Math.max(1, Number(root.dataset.interval || 5)) * 1000;
     let timer = null;
     let busy = false;
+    let etag = null; // an unchanged fleet answers 304 with no body
+    let etagFor = null;
 
     async function refresh() {
       if (busy) return;
       busy = true;
       try {
-        const response = await fetch(base + window.location.search, {
-          headers: { Accept: "application/json" },
+        const url = base + window.location.search;
+        const headers = { Accept: "application/json" };
+        if (etag && etagFor === url) headers["If-None-Match"] = etag;
+        const response = await fetch(url, {
+          headers: headers,
           credentials: "same-origin",
           cache: "no-store",
         });
@@ -55,7 +60,10 @@
           window.location.reload(); // the session ended: the page sends us to sign in
           return;
         }
+        if (response.status === 304) return;
         if (!response.ok) return;
+        etag = response.headers.get("ETag");
+        etagFor = url;
         const data = await response.json();
         swapFragments(root, data.fragments || {});
         root.dispatchEvent(new CustomEvent("board:update", { detail: data }));
@@ -87,10 +95,21 @@
       Array.from(params.keys()).forEach(function (k) {
         if (!params.get(k)) params.delete(k);
       });
+      // Choices left at their default stay out of the address (a shorter link to share).
+      form.querySelectorAll("[data-default]").forEach(function (field) {
+        if (params.get(field.name) === field.dataset.default) params.delete(field.name);
+      });
       const query = params.toString();
       history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
       const live = document.querySelector("[data-live]");
       if (live && live.boardRefresh) live.boardRefresh();
+    });
+    let typing = null;
+    form.querySelectorAll('input[type="search"]').forEach(function (input) {
+      input.addEventListener("input", function () {
+        clearTimeout(typing);
+        typing = setTimeout(function () { form.dispatchEvent(new Event("change")); }, 300);
+      });
     });
     form.addEventListener("submit", function (event) {
       event.preventDefault();
@@ -204,7 +223,14 @@
       select.addEventListener("change", function () { select.form.submit(); });
     });
     document.querySelectorAll("form[data-confirm]").forEach(function (form) {
-      form.addEventListener("submit", function (event) {
+      let typing = null;
+    form.querySelectorAll('input[type="search"]').forEach(function (input) {
+      input.addEventListener("input", function () {
+        clearTimeout(typing);
+        typing = setTimeout(function () { form.dispatchEvent(new Event("change")); }, 300);
+      });
+    });
+    form.addEventListener("submit", function (event) {
         if (!window.confirm(form.dataset.confirm)) event.preventDefault();
       });
     });
