@@ -25,7 +25,7 @@ _EXPRESSIONS = {
 
 # Clean whole UTC days in [d0, d1) from the day tables; everything else in the window
 # (the hours around them, and dirty days) from the hour tables, as [lo, hi) ranges.
-_USER_SOURCE = """
+USER_SOURCE = """
     (SELECT gpu_id, host_id, linux_user, day_start AS t, held_us, active_us, idle_held_us
      FROM user_day_rollups
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
@@ -37,7 +37,7 @@ _USER_SOURCE = """
        ON hour_start >= rg.lo AND hour_start < rg.hi
      WHERE workspace_id = %(ws)s) AS r
 """
-_GPU_SOURCE = """
+GPU_SOURCE = """
     (SELECT gpu_id, host_id, day_start AS t, covered_us, active_us, idle_held_us, idle_us,
             util_pct_us, memory_used_mb_us, memory_total_mb_us
      FROM gpu_day_rollups
@@ -117,7 +117,7 @@ async def dirty_days(
     return tuple(r[0] for r in await cur.fetchall())
 
 
-def _select(columns: Sequence[str]) -> tuple[str, str]:
+def select_columns(columns: Sequence[str]) -> tuple[str, str]:
     select = ", ".join(f"{_EXPRESSIONS[c]} AS {c}" for c in columns)
     group = ", ".join(str(i + 1) for i in range(len(columns)))
     return select, group
@@ -127,12 +127,12 @@ async def held_by(
     conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
 ) -> list[tuple[Any, ...]]:
     """(key columns..., held_us, active_us, idle_held_us) from the per-user rollups."""
-    select, group = _select(columns)
+    select, group = select_columns(columns)
     cur = await conn.execute(
         f"""
         SELECT {select},
                sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint
-        FROM {_USER_SOURCE}
+        FROM {USER_SOURCE}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,
@@ -145,11 +145,11 @@ async def covered_by(
     conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
 ) -> list[tuple[Any, ...]]:
     """(key columns..., covered_us) from the per-GPU rollups."""
-    select, group = _select(columns)
+    select, group = select_columns(columns)
     cur = await conn.execute(
         f"""
         SELECT {select}, sum(covered_us)::bigint
-        FROM {_GPU_SOURCE}
+        FROM {GPU_SOURCE}
         GROUP BY {group}
         HAVING sum(covered_us) <> 0
         """,
@@ -284,7 +284,7 @@ async def coverage(
             (SELECT max(hour_start) FROM gpu_hour_rollups
              WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
                AND covered_us > 0),
-            (SELECT coalesce(sum(covered_us), 0)::bigint FROM {_GPU_SOURCE})
+            (SELECT coalesce(sum(covered_us), 0)::bigint FROM {GPU_SOURCE})
         """,
         scope.params(),
     )

@@ -1,47 +1,63 @@
-"""GET …/reports/usage and …/reports/utilization (board-api.md), JSON or CSV."""
+"""GET …/reports/usage and …/reports/utilization (board-api.md), JSON or CSV, streamed."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+import psycopg
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from board.auth.deps import ReaderDep, WorkspaceContext
-from board.db.connection import report_connection
-from board.db.deps import SessionDep
-from board.reports import params, rendered, service
-from board.reports.csv import render_csv
-from board.reports.schemas import UsageHead, UsageReportOut, UtilizationHead, UtilizationReportOut
+from board.reports import params, stream
+from board.reports.schemas import UsageReportOut, UtilizationReportOut
+from board.reports.slots import take_report_connection
+from board.reports.streaming import ReportStreamResponse
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/reports", tags=["reports"])
 
 # Parsed by board.reports.params, so every bad value gets a sentence saying why.
 Text = Annotated[str | None, Query()]
-# The body is built (or written by PostgreSQL) as bytes, so FastAPI does not serialize
-# it again: the models document it for /docs, and `format=csv` sends text/csv instead.
+# The body is streamed as bytes (board.reports.stream), so FastAPI does not serialize it:
+# the models document it for /docs, and `format=csv` sends text/csv instead.
 CSV_ALTERNATIVE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/csv": {"schema": {"type": "string"}}}}
+    200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
+    429: {"description": "The workspace's reports are all running; see Retry-After."},
 }
 
 
-def _csv(
-    ctx: WorkspaceContext, name: str, head: UsageHead | UtilizationHead, body: str | bytes
+async def _respond(
+    ctx: WorkspaceContext,
+    name: str,
+    window: params.Window,
+    fmt: str,
+    conn: psycopg.AsyncConnection[Any],
+    prepared: Awaitable[stream.Chunks],
 ) -> Response:
-    span = f"{head.from_.date().isoformat()}-{head.to.date().isoformat()}"
-    return Response(
-        body,
+    """The streamed answer; the report's connection (and its slot) lives as long as it."""
+    try:
+        chunks = await prepared
+    except BaseException:
+        await conn.close()
+        raise
+    if fmt == "json":
+        return ReportStreamResponse(conn, chunks, media_type="application/json")
+    start = window.local(window.start).date().isoformat()
+    end = window.local(window.end).date().isoformat()
+    disposition = f'attachment; filename="{ctx.workspace.slug}-{name}-{start}-{end}.csv"'
+    return ReportStreamResponse(
+        conn,
+        chunks,
         media_type="text/csv; charset=utf-8",
-        headers={
-            "Content-Disposition": f'attachment; filename="{ctx.workspace.slug}-{name}-{span}.csv"'
-        },
+        headers={"Content-Disposition": disposition},
     )
 
 
 @router.get("/usage", response_model=UsageReportOut, responses=CSV_ALTERNATIVE)
 async def usage(
     ctx: ReaderDep,
-    session: SessionDep,
+    request: Request,
     from_: Annotated[str | None, Query(alias="from")] = None,
     to: Text = None,
     group_by: Annotated[str | None, Query(alias="groupBy")] = None,
@@ -51,17 +67,15 @@ async def usage(
     window = params.parse_window(from_, to, tz)
     keys = params.parse_usage_group(group_by)
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
-    conn = await report_connection(session)
-    report = await service.usage_report(conn, ctx.workspace_id, window, keys)
-    if chosen_format == "csv":
-        return _csv(ctx, "usage", report.head, render_csv(report))
-    return Response(report.to_json(), media_type="application/json")
+    conn = await take_report_connection(request, ctx.workspace_id)
+    prepared = stream.prepare_usage(conn, ctx.workspace_id, window, keys, chosen_format)
+    return await _respond(ctx, "usage", window, chosen_format, conn, prepared)
 
 
 @router.get("/utilization", response_model=UtilizationReportOut, responses=CSV_ALTERNATIVE)
 async def utilization(
     ctx: ReaderDep,
-    session: SessionDep,
+    request: Request,
     from_: Annotated[str | None, Query(alias="from")] = None,
     to: Text = None,
     group_by: Annotated[str | None, Query(alias="groupBy")] = None,
@@ -73,9 +87,8 @@ async def utilization(
     group = params.parse_choice("groupBy", group_by, params.UTILIZATION_GROUPS, "host")
     chosen = params.parse_choice("bucket", bucket, params.BUCKETS, "day")
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
-    report = await rendered.utilization(
-        await report_connection(session), ctx.workspace_id, window, group, chosen, chosen_format
+    conn = await take_report_connection(request, ctx.workspace_id)
+    prepared = stream.prepare_utilization(
+        conn, ctx.workspace_id, window, group, chosen, chosen_format
     )
-    if chosen_format == "csv":
-        return _csv(ctx, "utilization", report.head, report.body())
-    return Response(report.body(), media_type="application/json")
+    return await _respond(ctx, "utilization", window, chosen_format, conn, prepared)

@@ -117,7 +117,7 @@ class UtilizationReport:
 Report = UsageReport | UtilizationReport
 
 
-async def _scope(
+async def usage_scope(
     conn: psycopg.AsyncConnection[Any],
     workspace_id: int,
     window: Window,
@@ -139,7 +139,7 @@ def zone_known_to_database(window: Window) -> Iterator[None]:
         raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
 
 
-def _unique(items: Sequence[str]) -> tuple[str, ...]:
+def unique(items: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
@@ -191,7 +191,7 @@ def _key_builder(
 ) -> tuple[Callable[[tuple[Any, ...]], tuple[Any, ...]], Callable[[tuple[Any, ...]], Any]]:
     """Functions from a SQL key tuple to the row's key fields, and to its sort key."""
     position = {c: i for i, c in enumerate(columns)}
-    fields = _unique([f for k in keys for f in KEY_FIELDS[k]])
+    fields = unique([f for k in keys for f in KEY_FIELDS[k]])
 
     def values(key: tuple[Any, ...]) -> tuple[Any, ...]:
         out: dict[str, Any] = {}
@@ -232,8 +232,8 @@ async def usage_report(
     """GPU-hours held per Linux user, host, GPU or day (or a pair), split active/idle-held."""
     if "day" in keys:
         require_whole_hour_days(window)
-    scope = await _scope(conn, workspace_id, window, day_keyed="day" in keys)
-    columns = _unique([c for k in keys for c in KEY_COLUMNS[k]])
+    scope = await usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
+    columns = unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = "user" not in keys
     figures: dict[tuple[Any, ...], list[int]] = {}
     with zone_known_to_database(window):
@@ -264,16 +264,20 @@ async def usage_report(
         idle_held_gpu_hours=hours(idle_total),
         idle_held_share=ratio(idle_total, held_total),
     )
-    head = UsageHead(
+    head = usage_head(window, keys)
+    key_fields = unique([f for k in keys for f in KEY_FIELDS[k]])
+    columns = key_fields + USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ())
+    rows = [dict(zip(columns, row, strict=True)) for row in ordered]
+    return UsageReport(head, columns, rows, totals, coverage)
+
+
+def usage_head(window: Window, keys: tuple[str, ...]) -> UsageHead:
+    return UsageHead(
         from_=window.local(window.start),
         to=window.local(window.end),
         group_by=",".join(keys),
         tz=window.tz_name,
     )
-    key_fields = _unique([f for k in keys for f in KEY_FIELDS[k]])
-    columns = key_fields + USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ())
-    rows = [dict(zip(columns, row, strict=True)) for row in ordered]
-    return UsageReport(head, columns, rows, totals, coverage)
 
 
 async def utilization_scope(
@@ -286,7 +290,7 @@ async def utilization_scope(
     if bucket == "day":
         require_whole_hour_days(window)
     # Hourly buckets need hour rows; daily ones may read whole UTC days.
-    scope = await _scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
+    scope = await usage_scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
     return replace(scope, host_id=host_id)
 
 

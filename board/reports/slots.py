@@ -1,0 +1,65 @@
+"""A report's own database connection, and the per-workspace bound on running reports.
+
+A report streams for as long as the client reads, so it gets a connection of its own
+(not one of the process pool's few, which ingest needs) and holds one of a workspace's
+REPORT_SLOTS while it runs. A slot is a session-level PostgreSQL advisory lock on that
+connection: it bounds reports across every worker and replica sharing the database, and
+it is released when the connection closes, however the request ends (done, failed, the
+client gone, the worker killed). With every slot taken the answer is a 429 with
+Retry-After, before any work is done.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from fastapi import HTTPException
+from starlette.requests import HTTPConnection
+
+from board.db.urls import libpq_url
+
+REPORT_SLOTS = 3
+RETRY_AFTER_SECONDS = 10
+# The first key of the two-key advisory locks (slot number added); the second is the
+# workspace. Two-key locks never collide with the board's single-bigint locks.
+SLOT_LOCK_BASE = 0x67755200
+# How a report's connection shows in pg_stat_activity.
+APPLICATION_NAME = "gua-board report"
+
+
+def slot_key(slot: int, workspace_id: int) -> tuple[int, int]:
+    """The advisory lock (both int4) of one of a workspace's report slots."""
+    return SLOT_LOCK_BASE + slot, workspace_id & 0x7FFFFFFF
+
+
+async def take_report_connection(
+    connection: HTTPConnection, workspace_id: int
+) -> psycopg.AsyncConnection[Any]:
+    """A new read-only connection holding one of the workspace's report slots; a 429
+    when all are taken. The caller closes it (that frees the slot)."""
+    url = libpq_url(connection.app.state.runtime.database_url)
+    conn = await psycopg.AsyncConnection.connect(url, application_name=APPLICATION_NAME)
+    try:
+        # One snapshot for the whole report: its rows, totals and coverage agree.
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await conn.set_read_only(True)
+        for slot in range(REPORT_SLOTS):
+            cur = await conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", list(slot_key(slot, workspace_id))
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0]:
+                return conn
+    except BaseException:
+        await conn.close()
+        raise
+    await conn.close()
+    raise HTTPException(
+        status_code=429,
+        detail=(
+            f"This workspace already has {REPORT_SLOTS} reports running, the most it may "
+            f"run at once; try again in {RETRY_AFTER_SECONDS} seconds."
+        ),
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )

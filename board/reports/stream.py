@@ -1,0 +1,342 @@
+"""Report bodies streamed as PostgreSQL produces them, in bounded memory.
+
+Each report is read in two steps. `prepare` runs in the request, before any byte is sent:
+it checks what only the database can check (a zone it does not know is a 422, not a
+broken body), resolves the keys' names and their order, and runs the first query. Then
+the body streams: the rows a batch at a time, the totals and coverage last, as the JSON
+shape has them. The bytes are exactly those of the buffered reports (the pages' path,
+`service.usage_report` and `rendered.utilization`; tests hold them equal), only sent
+as they come: a worker holds one batch of rows at a time, whatever the window.
+
+Row order is the buffered reports' order. Keys are hosts and GPUs in name order,
+users and days ascending; PostgreSQL sorts by each host's (or GPU's) position in the
+name order, which Python computes once per report for every key the workspace has.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import AsyncIterator, Sequence
+from datetime import date, datetime
+from typing import Any
+
+import orjson
+import psycopg
+
+from board.reports import repository as repo
+from board.reports import service
+from board.reports.csv import LINE_END, _cell, csv_cells
+from board.reports.params import Window, require_whole_hour_days
+from board.reports.rendered import (
+    _FIELDS,
+    JSON_ROW_START,
+    _bucket_starts,
+    _csv_number,
+    _json_number,
+    _Utf8Bytes,
+)
+from board.reports.schemas import UsageTotals
+
+# Rows per utilization query (its keys chosen to fill it) and per usage fetch: a few MiB
+# of text in the worker at a time.
+BATCH_ROWS = 20_000
+FETCH_ROWS = 2_000
+
+Chunks = AsyncIterator[bytes]
+# Key fields of an id the name tables no longer have (as service._Names shows it).
+DELETED: dict[str, dict[str, Any]] = {
+    "host": {"hostId": None, "displayName": "(deleted host)"},
+    "gpu": {
+        "hostId": None,
+        "displayName": "(deleted host)",
+        "gpuUuid": None,
+        "gpuIndex": None,
+        "gpuName": None,
+    },
+}
+
+_KNOWN_KEYS = {
+    "gpu": """
+        SELECT id FROM gpus WHERE workspace_id = %(ws)s
+        UNION
+        SELECT id FROM (
+            WITH RECURSIVE k(id) AS (
+                (SELECT gpu_id FROM gpu_hour_rollups WHERE workspace_id = %(ws)s
+                 ORDER BY gpu_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT gpu_id FROM gpu_hour_rollups
+                        WHERE workspace_id = %(ws)s AND gpu_id > k.id
+                        ORDER BY gpu_id LIMIT 1)
+                FROM k WHERE k.id IS NOT NULL
+            )
+            SELECT id FROM k WHERE id IS NOT NULL
+        ) AS rolled_up
+    """,
+    "host": """
+        SELECT id FROM hosts WHERE workspace_id = %(ws)s
+        UNION
+        SELECT id FROM (
+            WITH RECURSIVE k(id) AS (
+                (SELECT host_id FROM host_hour_rollups WHERE workspace_id = %(ws)s
+                 ORDER BY host_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT host_id FROM host_hour_rollups
+                        WHERE workspace_id = %(ws)s AND host_id > k.id
+                        ORDER BY host_id LIMIT 1)
+                FROM k WHERE k.id IS NOT NULL
+            )
+            SELECT id FROM k WHERE id IS NOT NULL
+        ) AS rolled_up
+    """,
+}
+
+
+async def ordered_keys(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, group: str
+) -> list[tuple[int, dict[str, Any]]]:
+    """Every GPU (or host) the workspace has, or has rollups of (a deleted one too), with
+    its key fields, in the reports' name order. A short index skip-scan, not a read of
+    the rows: a key without rows in the window simply contributes none."""
+    cur = await conn.execute(_KNOWN_KEYS[group], {"ws": workspace_id})
+    ids = {int(r[0]) for r in await cur.fetchall()}
+    return await service.ordered_keys(conn, workspace_id, group, ids)
+
+
+def _batches(keys: Sequence[Any], rows_per_key: int) -> list[Sequence[Any]]:
+    size = max(1, BATCH_ROWS // max(1, rows_per_key))
+    return [keys[i : i + size] for i in range(0, len(keys), size)]
+
+
+def _utilization_rows_sql(group: str, bucket: str, fmt: str) -> str:
+    """Each row's whole text (its key fields are the prefix of its key), in body order."""
+    if fmt == "json":
+        fields = ", ".join(f"',\"{name}\":', {_json_number(column)}" for name, column in _FIELDS)
+        row = f"concat(k.prefix, lb.label, {fields}, '}}')"
+    else:
+        fields = ", ".join(f"',', {_csv_number(column)}" for _, column in _FIELDS)
+        row = f"concat(k.prefix, lb.label, {fields})"
+    return f"""
+        SELECT {row}
+        FROM ({repo.utilization_figures_sql(group, bucket, keyed=True)}) AS f
+        JOIN unnest(%(keys)s::bigint[], %(ords)s::int[], %(prefixes)s::text[])
+             AS k(id, ord, prefix) ON k.id = f.key
+        JOIN unnest(%(starts)s::timestamptz[], %(labels)s::text[]) AS lb(start, label)
+          ON lb.start = f.bucket
+        ORDER BY k.ord, f.bucket
+    """
+
+
+async def prepare_utilization(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    group: str,
+    bucket: str,
+    fmt: str,
+) -> Chunks:
+    """The utilization report's body (rendered.utilization's bytes) as chunks."""
+    scope = await service.utilization_scope(conn, workspace_id, window, bucket)
+    with service.zone_known_to_database(window):
+        labels: dict[datetime, str] = {}
+        for start in await _bucket_starts(conn, scope, bucket):
+            label = window.local(start).isoformat()
+            labels[start] = orjson.dumps(label).decode() if fmt == "json" else csv_cells((label,))
+    keys = await ordered_keys(conn, workspace_id, group)
+    prefixes = []
+    for _, fields in keys:
+        if fmt == "json":
+            prefixes.append((orjson.dumps(fields)[:-1] + b"," + JSON_ROW_START[1:]).decode())
+        else:
+            prefixes.append(csv_cells(fields.values()) + ",")
+    ordinal = list(range(len(keys)))
+    batches = _batches(ordinal, len(labels))
+    head = service.utilization_head(window, group, bucket)
+    columns = service.KEY_FIELDS[group] + service.UTILIZATION_FIGURES
+    if fmt == "json":
+        first = orjson.dumps(head.model_dump())[:-1] + b',"rows":['
+        separator = b","
+    else:
+        first = (csv_cells(columns) + LINE_END).encode()
+        separator = LINE_END.encode()
+    statement = _utilization_rows_sql(group, bucket, fmt)
+    values = {**scope.params(), "starts": list(labels), "labels": list(labels.values())}
+
+    async def chunks() -> Chunks:
+        yield first
+        sent = False
+        for batch in batches:
+            values["keys"] = [keys[i][0] for i in batch]
+            values["ords"] = list(batch)
+            values["prefixes"] = [prefixes[i] for i in batch]
+            async with conn.cursor(binary=True) as cur:
+                cur.adapters.register_loader("text", _Utf8Bytes)
+                await cur.execute(statement, values)
+                while rows := await cur.fetchmany(FETCH_ROWS):
+                    body = separator.join(r[0] for r in rows)
+                    yield separator + body if sent else body
+                    sent = True
+        if fmt == "json":
+            coverage = await service.report_coverage(conn, scope, window)
+            yield b'],"coverage":' + orjson.dumps(coverage.model_dump()) + b"}"
+        elif sent:
+            yield separator
+
+    return chunks()
+
+
+_USAGE_SQL = """
+    WITH held AS (
+        SELECT {select}, sum(held_us)::bigint AS held, sum(active_us)::bigint AS active,
+               sum(idle_held_us)::bigint AS idle_held
+        FROM {user_source}
+        GROUP BY {group}
+        HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
+    ){covered_cte}
+    SELECT {columns}, coalesce(held, 0), coalesce(active, 0), coalesce(idle_held, 0),
+           {covered}
+    FROM held {covered_join}
+    {order_joins}
+    ORDER BY {order}
+"""
+_COVERED_CTE = """,
+    covered AS (
+        SELECT {select}, sum(covered_us)::bigint AS covered
+        FROM {gpu_source}
+        GROUP BY {group}
+        HAVING sum(covered_us) <> 0
+    )"""
+
+
+def _usage_sql(keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bool) -> str:
+    """Per key: held, active and idle-held (and covered) microseconds, in body order."""
+    select, group = repo.select_columns(columns)
+    order: list[str] = []
+    joins: list[str] = []
+    for key in keys:
+        if key == "user":
+            order.append('linux_user COLLATE "C"')
+        elif key == "day":
+            order.append("day")
+        else:
+            # A key's place in the name order (service.ordered_keys); ids as a tiebreak.
+            column = "gpu_id" if key == "gpu" else "host_id"
+            joins.append(
+                f"LEFT JOIN unnest(%({key}_ids)s::bigint[], %({key}_ords)s::int[]) "
+                f"AS {key}_order(id, ord) ON {key}_order.id = {column}"
+            )
+            order += [f"{key}_order.ord", column]
+    return _USAGE_SQL.format(
+        select=select,
+        group=group,
+        user_source=repo.USER_SOURCE,
+        covered_cte=_COVERED_CTE.format(select=select, gpu_source=repo.GPU_SOURCE, group=group)
+        if with_covered
+        else "",
+        columns=", ".join(columns),
+        covered="coalesce(covered, 0)" if with_covered else "0",
+        covered_join=f"FULL JOIN covered USING ({', '.join(columns)})" if with_covered else "",
+        order_joins="\n".join(joins),
+        order=", ".join(order),
+    )
+
+
+async def prepare_usage(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    keys: tuple[str, ...],
+    fmt: str,
+) -> Chunks:
+    """The usage report's body (service.usage_report's JSON or CSV bytes) as chunks."""
+    if "day" in keys:
+        require_whole_hour_days(window)
+    scope = await service.usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
+    columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
+    with_covered = "user" not in keys
+    values = scope.params()
+    names: dict[str, dict[int, dict[str, Any]]] = {}
+    for key in ("host", "gpu"):
+        if key in keys:
+            ordered = await ordered_keys(conn, workspace_id, key)
+            names[key] = dict(ordered)
+            values[f"{key}_ids"] = [key_id for key_id, _ in ordered]
+            values[f"{key}_ords"] = list(range(len(ordered)))
+    fields = service.unique([f for k in keys for f in service.KEY_FIELDS[k]])
+    out_columns = fields + service.USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ())
+    position = {c: i for i, c in enumerate(columns)}
+
+    def key_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        found: dict[str, Any] = {}
+        if "linux_user" in position:
+            found["user"] = row[position["linux_user"]]
+        for key, column in (("host", "host_id"), ("gpu", "gpu_id")):
+            if key in names:
+                found.update(names[key].get(row[position[column]]) or DELETED[key])
+        if "day" in position:
+            day: date = row[position["day"]]
+            found["day"] = day.isoformat()
+        return tuple(found[f] for f in fields)
+
+    cur = conn.cursor(name="usage_rows")
+    with service.zone_known_to_database(window):
+        await cur.execute(_usage_sql(keys, columns, with_covered), values)
+        rows = await cur.fetchmany(FETCH_ROWS)
+    head = service.usage_head(window, keys)
+
+    async def chunks() -> Chunks:
+        nonlocal rows
+        held_total = active_total = idle_total = 0
+        yield (
+            orjson.dumps(head.model_dump())[:-1] + b',"rows":['
+            if fmt == "json"
+            else (csv_cells(out_columns) + LINE_END).encode()
+        )
+        sent = False
+        try:
+            while rows:
+                built = []
+                for row in rows:
+                    held, active, idle_held, covered = row[len(columns) :]
+                    held_total += held
+                    active_total += active
+                    idle_total += idle_held
+                    figures: tuple[float | None, ...] = (
+                        service.hours(held),
+                        service.hours(active),
+                        service.hours(idle_held),
+                        service.ratio(idle_held, held),
+                    )
+                    if with_covered:
+                        figures += (service.hours(covered),)
+                    built.append(key_values(row) + figures)
+                if fmt == "json":
+                    body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])
+                    yield (b"," if sent else b"") + body[1:-1]
+                else:
+                    out = io.StringIO()
+                    csv.writer(out, lineterminator=LINE_END).writerows(
+                        [_cell(v) for v in r] for r in built
+                    )
+                    yield out.getvalue().encode()
+                sent = True
+                rows = await cur.fetchmany(FETCH_ROWS)
+        finally:
+            await cur.close()
+        if fmt == "json":
+            totals = UsageTotals(
+                held_gpu_hours=service.hours(held_total),
+                active_gpu_hours=service.hours(active_total),
+                idle_held_gpu_hours=service.hours(idle_total),
+                idle_held_share=service.ratio(idle_total, held_total),
+            )
+            coverage = await service.report_coverage(conn, scope, window)
+            yield (
+                b'],"totals":'
+                + orjson.dumps(totals.model_dump())
+                + b',"coverage":'
+                + orjson.dumps(coverage.model_dump())
+                + b"}"
+            )
+
+    return chunks()
