@@ -8,6 +8,7 @@ from fastapi.staticfiles import StaticFiles
 from board.web import (
     account_routes,
     admin_routes,
+    audit_routes,
     auth_routes,
     fleet_routes,
     sso_routes,
@@ -24,4 +25,5 @@ def install_web(app: FastAPI) -> None:
     app.include_router(fleet_routes.router)
     app.include_router(usage_routes.router)
     app.include_router(admin_routes.router)
+    app.include_router(audit_routes.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
