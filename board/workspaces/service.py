@@ -70,7 +70,7 @@ class NewMember:
         """(action, target, detail) of the audit entry; never the token."""
         if self.previous_role is None:
             return "member.added", self.user.email, {"role": self.role}
-        detail = {"role": self.role, "previousRole": self.previous_role}
+        detail: dict[str, object] = {"role": self.role, "previousRole": self.previous_role}
         return "member.role_changed", self.user.email, detail
 
     def shown(self) -> AddedMember:
