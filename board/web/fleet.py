@@ -121,6 +121,45 @@ class Fleet:
     offenders: list[Card] = field(default_factory=list)
     groups: list[CardGroup] = field(default_factory=list)
 
+    def fingerprint(self) -> list[Any]:
+        """Everything the fleet fragments draw, as plain values: equal fingerprints render
+        equal fragments, so a refresh can answer 304 without rendering anything."""
+        return [
+            self.counts,
+            [(c.host_id, c.uuid) for c in self.offenders],
+            [g.key for g in self.groups],
+            [
+                (
+                    h.host.host_id,
+                    h.host.display_name,
+                    h.host.freshness,
+                    h.host.errors,
+                    h.host.agent_version,
+                    [(r.reason, r.count) for r in h.host.rejected_pushes],
+                    h.host.last_seen_at.isoformat() if h.host.last_seen_at else None,
+                    [
+                        (
+                            c.uuid,
+                            c.index,
+                            c.name,
+                            c.state,
+                            c.util_pct,
+                            c.memory_used_mb,
+                            c.memory_total_mb,
+                            c.temperature_c,
+                            c.power_w,
+                            c.holders,
+                            c.process_count,
+                            c.derived,
+                            c.state_for,
+                        )
+                        for c in h.cards
+                    ],
+                )
+                for h in self.hosts
+            ],
+        ]
+
     def as_json(self) -> dict[str, Any]:
         return {
             "counts": self.counts,

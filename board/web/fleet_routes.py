@@ -34,7 +34,7 @@ from board.web.fleet import (
     host_cards,
     people,
 )
-from board.web.render import PageRoute, finish, render, templates
+from board.web.render import PageRoute, finish, render, static_url, templates
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
@@ -129,23 +129,17 @@ async def _fleet_context(
     return context, fleet
 
 
-def etag_of(body: bytes) -> str:
-    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+def etag_of(*parts: Any) -> str:
+    text = json.dumps(parts, separators=(",", ":"), default=str)
+    return '"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
 
 
-def conditional_json(request: Request, body: dict[str, Any], volatile: tuple[str, ...]) -> Response:
-    """JSON with an ETag over everything but `volatile` keys; 304 when the client has it.
-
-    A tab left open all day asks every few seconds; when nothing changed the answer is
-    a few hundred bytes of headers instead of the whole fleet.
-    """
-    stable = {k: v for k, v in body.items() if k not in volatile}
-    etag = etag_of(json.dumps(stable, separators=(",", ":"), sort_keys=True).encode())
+def not_modified(request: Request, etag: str) -> Response | None:
+    """304 when the client already has this version (a tab left open all day asks every
+    few seconds; unchanged, the answer is a few hundred bytes of headers)."""
     if etag in (request.headers.get("if-none-match") or ""):
         return finish(request, Response(status_code=304, headers={"ETag": etag}))
-    response = finish(request, JSONResponse(body))
-    response.headers["ETag"] = etag
-    return response
+    return None
 
 
 @router.get("")
@@ -169,6 +163,19 @@ async def fleet_json(
     request: Request, page: PageDep, db: SessionDep, query: FleetQueryDep
 ) -> Response:
     context, fleet = await _fleet_context(page, db, query)
+    # What the fragments draw: the fleet, the query, the minute, who looks, the release.
+    etag = etag_of(
+        fleet.fingerprint(),
+        query.__dict__,
+        context["view"],
+        context["now"],
+        page.ctx.role,
+        page.slug,
+        static_url(""),
+    )
+    unchanged = not_modified(request, etag)
+    if unchanged is not None:
+        return unchanged
     body = {
         "generatedAt": datetime.now(UTC).isoformat(),
         **fleet.as_json(),
@@ -176,7 +183,9 @@ async def fleet_json(
             {"counts": "_fleet_counts.html", "hosts": "_fleet_hosts.html"}, context
         ),
     }
-    return conditional_json(request, body, volatile=("generatedAt",))
+    response = finish(request, JSONResponse(body))
+    response.headers["ETag"] = etag
+    return response
 
 
 def _week_start(today: date) -> date:
