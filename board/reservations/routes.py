@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Response
 from board.auth.deps import MemberDep, ReaderDep
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
-from board.reservations import report, service
+from board.reservations import queries, report, service
 from board.reservations.calendar import ics
 from board.reservations.params import parse_moment
 from board.reservations.schemas import (
@@ -42,7 +42,7 @@ async def _listed(
 ) -> list[ReservationOut]:
     start = parse_moment("from", from_) or datetime.now(UTC) - timedelta(days=1)
     end = parse_moment("to", to)
-    return await service.list_reservations(session, workspace_id, start, end, host_id, member_email)
+    return await queries.list_reservations(session, workspace_id, start, end, host_id, member_email)
 
 
 @router.get("/reservations", response_model=ReservationList)
@@ -75,7 +75,7 @@ async def calendar_feed(
 @router.get("/reservations/{reservation_id}", response_model=ReservationOut)
 async def one(reservation_id: str, ctx: ReaderDep, session: SessionDep) -> ReservationOut:
     conn = await report_connection(session)
-    return (await service.get(conn, ctx.workspace_id, reservation_id)).shown
+    return (await queries.get(conn, ctx.workspace_id, reservation_id)).shown
 
 
 @router.patch("/reservations/{reservation_id}", response_model=ReservationOut)

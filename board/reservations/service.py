@@ -10,7 +10,6 @@ before it only finds the other booking's name for the 409.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,71 +21,11 @@ from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
 from board.db.locks import lock_hosts
 from board.errors import Conflict, Forbidden, NotFound, Unprocessable
-from board.reservations import rules
+from board.reservations import queries, resolve, rules
 from board.reservations.crediting import Booking, ReservationDelta
+from board.reservations.queries import StoredReservation
 from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
 from board.reservations.store import host_ticks, upsert_figures
-from board.rollups.crediting import to_us
-
-_SELECT = """
-    SELECT r.id, r.public_id, h.public_id, u.email, r.linux_users, lower(r.during),
-           upper(r.during), r.note, r.user_id, r.host_id,
-           ARRAY(SELECT g.uuid FROM reservation_gpus rg
-                 JOIN gpus g ON g.workspace_id = rg.workspace_id AND g.id = rg.gpu_id
-                 WHERE rg.workspace_id = r.workspace_id AND rg.reservation_id = r.id
-                 ORDER BY g.gpu_index, g.uuid),
-           ARRAY(SELECT rg.gpu_id FROM reservation_gpus rg
-                 WHERE rg.workspace_id = r.workspace_id AND rg.reservation_id = r.id
-                 ORDER BY rg.gpu_id)
-    FROM reservations r
-    JOIN hosts h ON h.workspace_id = r.workspace_id AND h.id = r.host_id
-    JOIN users u ON u.id = r.user_id
-    WHERE r.workspace_id = %(ws)s
-"""
-
-
-@dataclass(frozen=True)
-class StoredReservation:
-    id: int
-    host_id: int
-    user_id: int
-    gpu_ids: list[int]
-    shown: ReservationOut
-
-    @property
-    def start(self) -> datetime:
-        return self.shown.start
-
-    @property
-    def end(self) -> datetime:
-        return self.shown.end
-
-    def bookings(self, workspace_id: int, start: datetime, end: datetime) -> list[Booking]:
-        users = frozenset(self.shown.linux_users)
-        return [
-            Booking(workspace_id, self.id, gpu, to_us(start), to_us(end), users)
-            for gpu in self.gpu_ids
-        ]
-
-
-def _stored(row: tuple[Any, ...]) -> StoredReservation:
-    rid, public, host, email, users, start, end, note, user_id, host_id, uuids, gpu_ids = row
-    return StoredReservation(
-        id=rid,
-        host_id=host_id,
-        user_id=user_id,
-        gpu_ids=list(gpu_ids),
-        shown=ReservationOut(
-            reservation_id=str(public),
-            host_id=str(host),
-            gpu_uuids=list(uuids),
-            member_email=email,
-            linux_users=list(users),
-            start=start.astimezone(UTC),
-            end=end.astimezone(UTC),
-            note=note,
-        ),
-    )
 
 
 def _now(now: datetime | None) -> datetime:
@@ -131,141 +70,6 @@ async def recredit(
     await upsert_figures(conn, delta)
 
 
-async def _member(
-    conn: psycopg.AsyncConnection[Any], ctx: WorkspaceContext, email: str | None
-) -> tuple[int, str]:
-    """The reserver: the caller, or (admins only) another member of the workspace."""
-    if email is None or email.strip().lower() == ctx.email:
-        return ctx.user_id, ctx.email
-    if ctx.role != "admin":
-        raise Forbidden("Only an admin may book for another member.")
-    cur = await conn.execute(
-        "SELECT u.id, u.email FROM memberships m JOIN users u ON u.id = m.user_id "
-        "WHERE m.workspace_id = %s AND u.email = %s",
-        [ctx.workspace_id, email.strip().lower()],
-    )
-    row = await cur.fetchone()
-    if row is None:
-        raise Unprocessable(f"{email!r} is not a member of this workspace.")
-    return int(row[0]), str(row[1])
-
-
-async def _host(conn: psycopg.AsyncConnection[Any], workspace_id: int, host: str) -> int:
-    try:
-        public_id = uuid.UUID(host)
-    except ValueError:
-        raise Unprocessable(f"hostId {host!r} is not a host of this workspace.") from None
-    cur = await conn.execute(
-        "SELECT id, revoked_at IS NOT NULL FROM hosts WHERE workspace_id = %s AND public_id = %s",
-        [workspace_id, public_id],
-    )
-    row = await cur.fetchone()
-    if row is None:
-        raise Unprocessable(f"hostId {host!r} is not a host of this workspace.")
-    if row[1]:
-        raise Unprocessable("That host is revoked; it cannot be booked.")
-    return int(row[0])
-
-
-async def _gpus(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int, wanted: list[str] | None
-) -> list[int]:
-    cur = await conn.execute(
-        "SELECT uuid, id FROM gpus WHERE workspace_id = %s AND host_id = %s "
-        "ORDER BY gpu_index, uuid",
-        [workspace_id, host_id],
-    )
-    known = {str(u): int(i) for u, i in await cur.fetchall()}
-    if wanted is None:
-        if not known:
-            raise Unprocessable("This host has reported no GPUs yet; there is nothing to book.")
-        return sorted(known.values())
-    if len(set(wanted)) != len(wanted):
-        raise Unprocessable("gpuUuids names a GPU twice.")
-    unknown = [u for u in wanted if u not in known]
-    if unknown:
-        raise Unprocessable(f"GPU {unknown[0]!r} is not a GPU of this host.")
-    return sorted(known[u] for u in wanted)
-
-
-async def _linked_users(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, user_id: int
-) -> list[str]:
-    cur = await conn.execute(
-        "SELECT linux_user FROM directory_entries WHERE workspace_id = %s AND user_id = %s "
-        "ORDER BY linux_user",
-        [workspace_id, user_id],
-    )
-    return [str(r[0]) for r in await cur.fetchall()]
-
-
-async def _refuse_overlap(
-    conn: psycopg.AsyncConnection[Any],
-    workspace_id: int,
-    gpu_ids: list[int],
-    start: datetime,
-    end: datetime,
-    other_than: int | None = None,
-) -> None:
-    """409 naming the booking in the way (the host is locked: nothing can slip in)."""
-    cur = await conn.execute(
-        """
-        SELECT r.public_id, u.email, lower(r.during), upper(r.during)
-        FROM reservation_gpus rg
-        JOIN reservations r ON r.workspace_id = rg.workspace_id AND r.id = rg.reservation_id
-        JOIN users u ON u.id = r.user_id
-        WHERE rg.workspace_id = %s AND rg.gpu_id = ANY(%s) AND rg.during && tstzrange(%s, %s)
-          AND r.id IS DISTINCT FROM %s
-        ORDER BY lower(r.during) LIMIT 1
-        """,
-        [workspace_id, gpu_ids, start, end, other_than],
-    )
-    row = await cur.fetchone()
-    if row is not None:
-        public, email, lo, hi = row
-        raise Conflict(
-            f"Those GPUs are already booked by {email} from {lo.astimezone(UTC).isoformat()} "
-            f"to {hi.astimezone(UTC).isoformat()} (reservation {public}).",
-            reservationId=str(public),
-        )
-
-
-async def _write_gpus(
-    conn: psycopg.AsyncConnection[Any],
-    workspace_id: int,
-    stored_id: int,
-    host_id: int,
-    gpu_ids: list[int],
-    start: datetime,
-    end: datetime,
-) -> None:
-    try:
-        async with conn.transaction():  # a savepoint: a lost race becomes a 409, not a 500
-            await conn.execute(
-                "INSERT INTO reservation_gpus (workspace_id, reservation_id, gpu_id, host_id, "
-                "during) SELECT %s, %s, g, %s, tstzrange(%s, %s) FROM unnest(%s::bigint[]) g",
-                [workspace_id, stored_id, host_id, start, end, gpu_ids],
-            )
-    except psycopg.errors.ExclusionViolation:
-        raise Conflict("Those GPUs are already booked for part of that time.") from None
-
-
-async def get(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, public: str
-) -> StoredReservation:
-    try:
-        public_id = uuid.UUID(public)
-    except ValueError:
-        raise NotFound("No such reservation in this workspace.") from None
-    cur = await conn.execute(
-        _SELECT + " AND r.public_id = %(id)s", {"ws": workspace_id, "id": public_id}
-    )
-    row = await cur.fetchone()
-    if row is None:
-        raise NotFound("No such reservation in this workspace.")
-    return _stored(row)
-
-
 async def create(
     session: AsyncSession, ctx: WorkspaceContext, body: ReservationIn, now: datetime | None = None
 ) -> ReservationOut:
@@ -274,17 +78,17 @@ async def create(
     ws = ctx.workspace_id
     start = rules.whole_minute("start", body.start).astimezone(UTC)
     end = rules.whole_minute("end", body.end).astimezone(UTC)
-    host_id = await _host(conn, ws, body.host_id)
-    user_id, email = await _member(conn, ctx, body.member_email)
+    host_id = await resolve.host(conn, ws, body.host_id)
+    user_id, email = await resolve.member(conn, ctx, body.member_email)
     rules.check_range(start, end, ctx.workspace.max_reservation_days, now)
-    gpu_ids = await _gpus(conn, ws, host_id, body.gpu_uuids)
+    gpu_ids = await resolve.gpus(conn, ws, host_id, body.gpu_uuids)
     linux_users = (
         sorted(set(body.linux_users))
         if body.linux_users is not None
-        else await _linked_users(conn, ws, user_id)
+        else await resolve.linked_users(conn, ws, user_id)
     )
     max_gap_us = await _lock_host(conn, ws, host_id)
-    await _refuse_overlap(conn, ws, gpu_ids, start, end)
+    await resolve.refuse_overlap(conn, ws, gpu_ids, start, end)
     cur = await conn.execute(
         "INSERT INTO reservations (workspace_id, public_id, host_id, user_id, linux_users, "
         "during, note, created_by) VALUES (%s, %s, %s, %s, %s, tstzrange(%s, %s), %s, %s) "
@@ -294,8 +98,8 @@ async def create(
     row = await cur.fetchone()
     assert row is not None
     stored_id = int(row[0])
-    await _write_gpus(conn, ws, stored_id, host_id, gpu_ids, start, end)
-    stored = await get_by_id(conn, ws, stored_id)
+    await resolve.write_gpus(conn, ws, stored_id, host_id, gpu_ids, start, end)
+    stored = await queries.get_by_id(conn, ws, stored_id)
     # A booking may start a few minutes back: what was observed since counts already.
     await recredit(
         conn,
@@ -316,15 +120,6 @@ async def create(
     return stored.shown
 
 
-async def get_by_id(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, rid: int
-) -> StoredReservation:
-    cur = await conn.execute(_SELECT + " AND r.id = %(id)s", {"ws": workspace_id, "id": rid})
-    row = await cur.fetchone()
-    assert row is not None
-    return _stored(row)
-
-
 def _may_change(ctx: WorkspaceContext, stored: StoredReservation) -> None:
     if ctx.role != "admin" and stored.user_id != ctx.user_id:
         raise Forbidden("Only the member who booked it, or an admin, may change this booking.")
@@ -341,7 +136,7 @@ async def _move(
     conn = await report_connection(session)
     ws = ctx.workspace_id
     max_gap_us = await _lock_host(conn, ws, stored.host_id)
-    await _refuse_overlap(conn, ws, stored.gpu_ids, start, end, other_than=stored.id)
+    await resolve.refuse_overlap(conn, ws, stored.gpu_ids, start, end, other_than=stored.id)
     await conn.execute(
         "UPDATE reservations SET during = tstzrange(%s, %s) WHERE workspace_id = %s AND id = %s",
         [start, end, ws, stored.id],
@@ -359,7 +154,7 @@ async def _move(
     changes += [(b, 1) for b in stored.bookings(ws, start, end)]
     span = (min(stored.start, start), max(stored.end, end))
     await recredit(conn, ws, stored.host_id, max_gap_us, changes, span)
-    return (await get_by_id(conn, ws, stored.id)).shown
+    return (await queries.get_by_id(conn, ws, stored.id)).shown
 
 
 async def update(
@@ -371,7 +166,7 @@ async def update(
 ) -> ReservationOut:
     now = _now(now)
     conn = await report_connection(session)
-    stored = await get(conn, ctx.workspace_id, public)
+    stored = await queries.get(conn, ctx.workspace_id, public)
     _may_change(ctx, stored)
     start = stored.start if body.start is None else rules.whole_minute("start", body.start)
     end = stored.end if body.end is None else rules.whole_minute("end", body.end)
@@ -405,7 +200,7 @@ async def update(
         )
     if stored.user_id != ctx.user_id:
         await record(session, ctx, "reservation.update_for_member", target=public)
-    return (await get_by_id(conn, ctx.workspace_id, stored.id)).shown
+    return (await queries.get_by_id(conn, ctx.workspace_id, stored.id)).shown
 
 
 async def cancel(
@@ -414,7 +209,7 @@ async def cancel(
     """Cancel: a booking not started yet goes; a running one ends now (its past stays)."""
     now = _now(now)
     conn = await report_connection(session)
-    stored = await get(conn, ctx.workspace_id, public)
+    stored = await queries.get(conn, ctx.workspace_id, public)
     _may_change(ctx, stored)
     if stored.end <= now:
         raise Conflict("This booking is over already; there is nothing to cancel.")
@@ -432,31 +227,3 @@ async def cancel(
         )
     if stored.user_id != ctx.user_id:
         await record(session, ctx, "reservation.cancel_for_member", target=public)
-
-
-async def list_reservations(
-    session: AsyncSession,
-    workspace_id: int,
-    start: datetime,
-    end: datetime | None,
-    host: str | None = None,
-    member_email: str | None = None,
-    limit: int = 2000,
-) -> list[ReservationOut]:
-    """Bookings overlapping [start, end), by start; optionally of one host or member."""
-    conn = await report_connection(session)
-    sql = _SELECT + " AND r.during && tstzrange(%(lo)s, %(hi)s)"
-    params: dict[str, Any] = {"ws": workspace_id, "lo": start, "hi": end}
-    if host is not None:
-        try:
-            params["host"] = uuid.UUID(host)
-        except ValueError:
-            return []
-        sql += " AND h.public_id = %(host)s"
-    if member_email is not None:
-        params["email"] = member_email.strip().lower()
-        sql += " AND u.email = %(email)s"
-    sql += " ORDER BY lower(r.during), r.id LIMIT %(limit)s"
-    params["limit"] = limit
-    cur = await conn.execute(sql, params)
-    return [_stored(row).shown for row in await cur.fetchall()]

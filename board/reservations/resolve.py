@@ -1,0 +1,134 @@
+"""What a booking request names, checked: the member, the host, its GPUs, the overlap.
+
+Each refusal is one sentence (a 4xx's detail) and happens before anything is written.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from board.auth.deps import WorkspaceContext
+from board.errors import Conflict, Forbidden, Unprocessable
+
+
+async def member(
+    conn: psycopg.AsyncConnection[Any], ctx: WorkspaceContext, email: str | None
+) -> tuple[int, str]:
+    """The reserver: the caller, or (admins only) another member of the workspace."""
+    if email is None or email.strip().lower() == ctx.email:
+        return ctx.user_id, ctx.email
+    if ctx.role != "admin":
+        raise Forbidden("Only an admin may book for another member.")
+    cur = await conn.execute(
+        "SELECT u.id, u.email FROM memberships m JOIN users u ON u.id = m.user_id "
+        "WHERE m.workspace_id = %s AND u.email = %s",
+        [ctx.workspace_id, email.strip().lower()],
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise Unprocessable(f"{email!r} is not a member of this workspace.")
+    return int(row[0]), str(row[1])
+
+
+async def host(conn: psycopg.AsyncConnection[Any], workspace_id: int, host: str) -> int:
+    try:
+        public_id = uuid.UUID(host)
+    except ValueError:
+        raise Unprocessable(f"hostId {host!r} is not a host of this workspace.") from None
+    cur = await conn.execute(
+        "SELECT id, revoked_at IS NOT NULL FROM hosts WHERE workspace_id = %s AND public_id = %s",
+        [workspace_id, public_id],
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise Unprocessable(f"hostId {host!r} is not a host of this workspace.")
+    if row[1]:
+        raise Unprocessable("That host is revoked; it cannot be booked.")
+    return int(row[0])
+
+
+async def gpus(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int, wanted: list[str] | None
+) -> list[int]:
+    cur = await conn.execute(
+        "SELECT uuid, id FROM gpus WHERE workspace_id = %s AND host_id = %s "
+        "ORDER BY gpu_index, uuid",
+        [workspace_id, host_id],
+    )
+    known = {str(u): int(i) for u, i in await cur.fetchall()}
+    if wanted is None:
+        if not known:
+            raise Unprocessable("This host has reported no GPUs yet; there is nothing to book.")
+        return sorted(known.values())
+    if len(set(wanted)) != len(wanted):
+        raise Unprocessable("gpuUuids names a GPU twice.")
+    unknown = [u for u in wanted if u not in known]
+    if unknown:
+        raise Unprocessable(f"GPU {unknown[0]!r} is not a GPU of this host.")
+    return sorted(known[u] for u in wanted)
+
+
+async def linked_users(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, user_id: int
+) -> list[str]:
+    cur = await conn.execute(
+        "SELECT linux_user FROM directory_entries WHERE workspace_id = %s AND user_id = %s "
+        "ORDER BY linux_user",
+        [workspace_id, user_id],
+    )
+    return [str(r[0]) for r in await cur.fetchall()]
+
+
+async def refuse_overlap(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    gpu_ids: list[int],
+    start: datetime,
+    end: datetime,
+    other_than: int | None = None,
+) -> None:
+    """409 naming the booking in the way (the host is locked: nothing can slip in)."""
+    cur = await conn.execute(
+        """
+        SELECT r.public_id, u.email, lower(r.during), upper(r.during)
+        FROM reservation_gpus rg
+        JOIN reservations r ON r.workspace_id = rg.workspace_id AND r.id = rg.reservation_id
+        JOIN users u ON u.id = r.user_id
+        WHERE rg.workspace_id = %s AND rg.gpu_id = ANY(%s) AND rg.during && tstzrange(%s, %s)
+          AND r.id IS DISTINCT FROM %s
+        ORDER BY lower(r.during) LIMIT 1
+        """,
+        [workspace_id, gpu_ids, start, end, other_than],
+    )
+    row = await cur.fetchone()
+    if row is not None:
+        public, email, lo, hi = row
+        raise Conflict(
+            f"Those GPUs are already booked by {email} from {lo.astimezone(UTC).isoformat()} "
+            f"to {hi.astimezone(UTC).isoformat()} (reservation {public}).",
+            reservationId=str(public),
+        )
+
+
+async def write_gpus(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    stored_id: int,
+    host_id: int,
+    gpu_ids: list[int],
+    start: datetime,
+    end: datetime,
+) -> None:
+    try:
+        async with conn.transaction():  # a savepoint: a lost race becomes a 409, not a 500
+            await conn.execute(
+                "INSERT INTO reservation_gpus (workspace_id, reservation_id, gpu_id, host_id, "
+                "during) SELECT %s, %s, g, %s, tstzrange(%s, %s) FROM unnest(%s::bigint[]) g",
+                [workspace_id, stored_id, host_id, start, end, gpu_ids],
+            )
+    except psycopg.errors.ExclusionViolation:
+        raise Conflict("Those GPUs are already booked for part of that time.") from None
