@@ -393,10 +393,16 @@ async def test_member_and_token_answers_keep_their_shape(app: Any, client: Any) 
     members = (await client.get("/api/v1/workspaces/acme/members", headers=acme.auth())).json()
     assert members["members"][0] == {"email": "admin@acme.example", "role": "admin"}
     issued = (await client.post("/api/v1/me/api-tokens", headers=acme.auth())).json()
-    assert list(issued) == ["apiToken", "tokenPrefix", "workspace", "role"]
+    assert list(issued) == ["apiToken", "tokenPrefix", "workspace", "role", "name", "expiresAt"]
     listed = (await client.get("/api/v1/me/api-tokens", headers=acme.auth())).json()
     assert list(listed) == ["workspace", "apiTokens"]
-    assert list(listed["apiTokens"][0]) == ["tokenPrefix", "createdAt", "revokedAt"]
+    assert list(listed["apiTokens"][0]) == [
+        "tokenPrefix",
+        "createdAt",
+        "revokedAt",
+        "name",
+        "expiresAt",
+    ]
     assert listed["apiTokens"][0]["createdAt"].endswith("+00:00")
     settings = (await client.get("/api/v1/workspaces/acme/settings", headers=acme.auth())).json()
     assert list(settings) == [
