@@ -74,7 +74,10 @@ async def test_admin_actions_of_the_api_are_recorded_without_secrets(app, client
     by_action = {e["action"]: e for e in events}
     assert by_action["member.added"]["target"] == "new@acme.example"
     assert by_action["member.added"]["actorEmail"] == "admin@acme.example"
-    assert by_action["member.role_changed"]["detail"] == {"role": "finance", "previousRole": "member"}
+    assert by_action["member.role_changed"]["detail"] == {
+        "role": "finance",
+        "previousRole": "member",
+    }
     assert by_action["settings.changed"]["detail"] == {"retention_days": 30}
     assert by_action["host.revoked"]["target"] == host["hostId"]
     assert by_action["enrollment_token.revoked"]["target"] == prefix
@@ -95,7 +98,9 @@ async def test_a_refused_action_leaves_no_entry(app, client) -> None:
     acme = await make_tenant(app, "acme")
     r = await client.post("/api/v1/workspaces/acme/hosts/nope/revoke", headers=acme.auth())
     assert r.status_code == 404
-    r = await client.delete("/api/v1/workspaces/acme/members/admin@acme.example", headers=acme.auth())
+    r = await client.delete(
+        "/api/v1/workspaces/acme/members/admin@acme.example", headers=acme.auth()
+    )
     assert r.status_code in (204, 409)
     r = await client.patch(
         "/api/v1/workspaces/acme/settings", json={"retentionDays": 0}, headers=acme.auth()
@@ -158,9 +163,7 @@ async def test_paging_by_cursor_and_time(app, client) -> None:
     cursor = None
     while True:
         params = {"limit": 3} | ({"cursor": cursor} if cursor else {})
-        page = (
-            await client.get(LOG.format("acme"), headers=acme.auth(), params=params)
-        ).json()
+        page = (await client.get(LOG.format("acme"), headers=acme.auth(), params=params)).json()
         seen += [e["detail"]["retention_days"] for e in page["events"]]
         cursor = page["nextCursor"]
         if cursor is None:
