@@ -17,6 +17,7 @@ import psycopg
 from board.db.urls import libpq_url, resolve_database_url
 from board.errors import DomainError
 from board.reports.params import parse_bound
+from board.reservations.rebuild import rebuild_figure_days
 from board.rollups.rebuild import HOUR, raw_span, rebuild_days
 from board.settings import Settings
 
@@ -55,9 +56,12 @@ async def _rebuild(args: argparse.Namespace, url: str) -> int:
             sys.stdout.write("nothing to rebuild in that window\n")
             return 0
         total = await rebuild_days(conn, span.workspace_id, start, end)
+        # The reservation figures are credited from the same samples: rebuilt alike.
+        figures = await rebuild_figure_days(conn, span.workspace_id, start, end)
         sys.stdout.write(
             f"rebuilt {args.workspace} from {start.isoformat()} to {end.isoformat()}: "
             f"{total.observations} observations on {total.hosts} hosts, "
-            f"{total.gpu_rows} GPU-hour and {total.user_rows} user-hour rows\n"
+            f"{total.gpu_rows} GPU-hour and {total.user_rows} user-hour rows, "
+            f"{figures.rows} reservation-hour rows\n"
         )
         return 0

@@ -1,0 +1,84 @@
+"""Rebuilding the reservation figures from raw samples, beside the rollups' rebuild.
+
+`gua-board rollups rebuild` calls this after board.rollups.rebuild (the rollups never
+import reservations). The replay feeds each booked host's stored observations, in time
+order, through the same ReservationDelta the ingest path credits with, so a rebuilt
+hour equals the one ingest credited. Observations up to maxSampleGap outside the window
+are read too, so an interval crossing its edge is cut where ingest cut it; only hours
+inside the window are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from board.db.locks import lock_hosts
+from board.reservations.store import HostSpan, host_ticks, load_bookings, upsert_figures
+from board.rollups.crediting import to_us
+
+
+@dataclass
+class FigureRebuild:
+    hosts: int = 0  # booked hosts replayed
+    rows: int = 0  # reservation-hour figure rows written
+
+    def add(self, other: FigureRebuild) -> None:
+        self.hosts = max(self.hosts, other.hosts)
+        self.rows += other.rows
+
+
+async def rebuild_figures(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, from_: datetime, to: datetime
+) -> FigureRebuild:
+    """Replace the figures of the UTC hours in [from_, to) with a replay of the raw samples.
+
+    Runs in the caller's transaction, with the workspace's host rows locked in key order
+    first (as ingest and booking changes lock them), so neither interleaves with it.
+    """
+    if from_.minute or from_.second or from_.microsecond or to.minute or to.second:
+        raise ValueError("rebuild windows start and end on whole hours")
+    hosts = await lock_hosts(
+        conn, "h.id, w.max_sample_gap_seconds", "h.workspace_id = %s", [workspace_id]
+    )
+    await conn.execute(
+        "DELETE FROM reservation_hour_figures WHERE workspace_id = %s "
+        "AND hour_start >= %s AND hour_start < %s",
+        [workspace_id, from_, to],
+    )
+    cur = await conn.execute(
+        "SELECT DISTINCT host_id FROM reservation_gpus "
+        "WHERE workspace_id = %s AND during && tstzrange(%s, %s)",
+        [workspace_id, from_, to],
+    )
+    booked = {int(row[0]) for row in await cur.fetchall()}
+    result = FigureRebuild()
+    for host_id, gap_seconds in hosts:
+        if host_id not in booked:
+            continue
+        gap = timedelta(seconds=int(gap_seconds))
+        delta = await load_bookings(conn, [HostSpan(workspace_id, host_id, from_, to)])
+        ticks = await host_ticks(conn, workspace_id, host_id, from_ - gap, to + gap)
+        delta.credit_series(ticks, int(gap_seconds) * 1_000_000)
+        delta.keep_hours(to_us(from_), to_us(to))
+        await upsert_figures(conn, delta)
+        result.hosts += 1
+        result.rows += sum(1 for sums in delta.figures.values() if any(sums))
+    return result
+
+
+async def rebuild_figure_days(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, start: datetime, end: datetime
+) -> FigureRebuild:
+    """`rebuild_figures` [start, end) one UTC day per transaction (`conn` in autocommit)."""
+    total = FigureRebuild()
+    day = start
+    while day < end:
+        stop = min(day.replace(hour=0) + timedelta(days=1), end)
+        async with conn.transaction():
+            total.add(await rebuild_figures(conn, workspace_id, day, stop))
+        day = stop
+    return total
