@@ -1,0 +1,114 @@
+"""At most REPORT_SLOTS reports run at once per workspace: beyond that a 429 with
+Retry-After and a readable detail, before any work; a slot is freed when its report
+ends, fails, or its holder's connection goes; other workspaces are not affected."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+from board.db.urls import libpq_url
+from board.reports.slots import REPORT_SLOTS, slot_key
+from tests.board.test_reports_builders import quick_tenant, workspace_id
+
+QUERY = "from=2026-11-01&to=2026-11-03"
+
+
+async def _held_slots(conn: psycopg.AsyncConnection[Any], ws: int) -> int:
+    keys = [slot_key(slot, ws) for slot in range(REPORT_SLOTS)]
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+        "AND (classid::bigint, objid::bigint) IN "
+        "(SELECT * FROM unnest(%s::bigint[], %s::bigint[]))",
+        [[k[0] for k in keys], [k[1] for k in keys]],
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def _wait_all_free(conn: psycopg.AsyncConnection[Any], ws: int) -> None:
+    """A closed connection's backend lets go of its locks a moment after the close."""
+    deadline = time.monotonic() + 60
+    while await _held_slots(conn, ws):
+        assert time.monotonic() < deadline, "report slots still held"
+        await asyncio.sleep(0.05)
+
+
+async def test_full_slots_answer_429_and_free_ones_run(app, client) -> None:
+    acme = await quick_tenant(app, "limits")
+    other = await quick_tenant(app, "limits")
+    url = libpq_url(app.state.runtime.database_url)
+    usage = f"/api/v1/workspaces/{acme.slug}/reports/usage?{QUERY}"
+    holders = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
+        ws = await workspace_id(probe, acme.slug)
+        # Other reports (in any worker or replica) hold every slot of acme.
+        for slot in range(REPORT_SLOTS):
+            holder = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            await holder.execute("SELECT pg_advisory_lock(%s, %s)", list(slot_key(slot, ws)))
+            holders.append(holder)
+        try:
+            for path in ("usage", "utilization"):
+                for fmt in ("json", "csv"):
+                    r = await client.get(
+                        f"/api/v1/workspaces/{acme.slug}/reports/{path}?{QUERY}&format={fmt}",
+                        headers=acme.auth("finance"),
+                    )
+                    assert r.status_code == 429, r.text
+                    assert int(r.headers["Retry-After"]) > 0
+                    detail = r.json()["detail"]
+                    assert isinstance(detail, str)
+                    assert f"{REPORT_SLOTS} reports" in detail
+            # Another workspace is not limited by acme's reports.
+            r = await client.get(
+                f"/api/v1/workspaces/{other.slug}/reports/usage?{QUERY}",
+                headers=other.auth("finance"),
+            )
+            assert r.status_code == 200
+            # Bad input is still a 422 (checked before a slot is sought), another
+            # workspace's slug still a 404.
+            r = await client.get(
+                f"/api/v1/workspaces/{acme.slug}/reports/usage?from=x&to=y",
+                headers=acme.auth("finance"),
+            )
+            assert r.status_code == 422
+            r = await client.get(
+                f"/api/v1/workspaces/{acme.slug}/reports/usage?{QUERY}",
+                headers=other.auth("finance"),
+            )
+            assert r.status_code == 404
+            # One holder's connection ends: its slot is free again.
+            await holders.pop().close()
+            deadline = time.monotonic() + 60
+            while await _held_slots(probe, ws) == REPORT_SLOTS:
+                assert time.monotonic() < deadline, "the closed holder kept its slot"
+                await asyncio.sleep(0.05)
+            r = await client.get(usage, headers=acme.auth("finance"))
+            assert r.status_code == 200, r.text
+        finally:
+            for holder in holders:
+                await holder.close()
+        await _wait_all_free(probe, ws)
+
+
+async def test_slots_are_freed_when_reports_end_or_fail(app, client) -> None:
+    tenant = await quick_tenant(app, "limits")
+    url = libpq_url(app.state.runtime.database_url)
+    auth = tenant.auth("finance")
+    base = f"/api/v1/workspaces/{tenant.slug}/reports"
+    # Fails after taking a slot: day keys in a half-hour zone are a 422 of the report.
+    failing = f"{base}/usage?{QUERY}&groupBy=day&tz=Asia/Kolkata"
+    for _ in range(2 * REPORT_SLOTS):
+        r = await client.get(failing, headers=auth)
+        assert r.status_code == 422, r.text
+        assert isinstance(r.json()["detail"], str)
+    for _ in range(2 * REPORT_SLOTS):
+        for path in ("usage", "utilization"):
+            r = await client.get(f"{base}/{path}?{QUERY}", headers=auth)
+            assert r.status_code == 200, r.text
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
+        ws = await workspace_id(probe, tenant.slug)
+        await _wait_all_free(probe, ws)
