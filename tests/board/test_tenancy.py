@@ -126,6 +126,7 @@ async def test_settings_validation(app, client) -> None:
         "timezone": "Europe/Berlin",
         "retentionDays": 400,
         "maxGpusPerHost": 64,
+        "maxReservationDays": 14,
     }
 
 
