@@ -1,6 +1,7 @@
 """Ingest benchmark: the real board (2 uvicorn workers) on a real PostgreSQL, many agents.
 
     .venv/bin/python bench/ingest.py [--hosts 300] [--seconds 20] [--concurrency 96]
+                                     [--bookings]
 
 What it does:
 1. creates a scratch database on GUA_BOARD_DATABASE_URL's server (else the local
@@ -14,6 +15,10 @@ What it does:
 5. the floor: a bare FastAPI app (2 workers) that only validates the same payload,
    measured with the same load generator (--skip-floor to leave it out);
 6. prints a summary table. Exit status 1 when the durability check fails.
+
+--bookings: before the load, each host reports once and all 8 of its GPUs are booked
+(REST, by the admin, for alice) from now for a day, so every batch credits the
+reservation figures too (compare with a run without it).
 
 The load generator is one process (asyncio on uvloop when installed, a minimal keep-alive
 HTTP/1.1 client; `--client httpx` to compare), because the machine is small and shared with
@@ -37,7 +42,7 @@ import time
 from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -165,6 +170,7 @@ class Agent:
     head: bytes
     tail: bytes
     last_us: int = 0
+    host_id: str = ""  # the board's id of the host (--bookings books it)
 
     @classmethod
     def of(cls, token: str, hostname: str) -> Agent:
@@ -401,6 +407,45 @@ async def prepare_database(url: str) -> str:
         await engine.dispose()
 
 
+async def book_every_host(base_url: str, admin_token: str, agents: list[Agent]) -> int:
+    """--bookings: each host reports once (its GPUs become known), then all of its GPUs
+    are booked from this minute for a day; the number of bookings made."""
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    start = datetime.now(UTC).replace(second=0, microsecond=0)
+    end = start + timedelta(days=1)
+    gate = asyncio.Semaphore(8)
+    async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as client:
+
+        async def one(agent: Agent) -> None:
+            async with gate:
+                pushed = await client.post(
+                    "/agent/v1/observations",
+                    content=agent.next_body(),
+                    headers={
+                        "Authorization": f"Bearer {agent.token}",
+                        "Content-Type": "application/json",
+                    },
+                )
+                if pushed.status_code != 202:
+                    raise RuntimeError(f"first push: {pushed.status_code} {pushed.text}")
+                booked = await client.post(
+                    f"/api/v1/workspaces/{WORKSPACE}/reservations",
+                    json={
+                        "hostId": agent.host_id,
+                        "start": start.isoformat(),
+                        "end": end.isoformat(),
+                        "linuxUsers": ["alice"],
+                        "note": "bench",
+                    },
+                    headers=admin,
+                )
+                if booked.status_code != 201:
+                    raise RuntimeError(f"book: {booked.status_code} {booked.text}")
+
+        await asyncio.gather(*(one(a) for a in agents))
+    return len(agents)
+
+
 async def enroll_hosts(base_url: str, admin_token: str, count: int) -> list[Agent]:
     """Each host the way an admin and an agent do it: issue a token (REST), claim it."""
     admin = {"Authorization": f"Bearer {admin_token}"}
@@ -429,7 +474,9 @@ async def enroll_hosts(base_url: str, admin_token: str, count: int) -> list[Agen
                 )
                 if claimed.status_code != 201:
                     raise RuntimeError(f"claim: {claimed.status_code} {claimed.text}")
-            return Agent.of(claimed.json()["agentToken"], hostname)
+            agent = Agent.of(claimed.json()["agentToken"], hostname)
+            agent.host_id = claimed.json()["hostId"]
+            return agent
 
         return list(await asyncio.gather(*(one(i) for i in range(count))))
 
@@ -492,6 +539,9 @@ def bench_board(url: str, args: argparse.Namespace, log_dir: Path) -> LoadResult
         t0 = time.monotonic()
         agents = run(enroll_hosts(server.base_url, admin_token, args.hosts))
         print(f"enrolled {len(agents)} hosts in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+        if args.bookings:
+            made = run(book_every_host(server.base_url, admin_token, agents))
+            print(f"booked all GPUs of {made} hosts for a day", file=sys.stderr)
         result = measure(server, agents, args, url)
         # Before the board stops: a 202 must mean the rows are already committed.
         result.durable = count_rows(url)
@@ -597,6 +647,11 @@ def main(argv: list[str] | None = None) -> int:
         help="load generator's HTTP client (default raw: httpx needs ~1.3 ms CPU a request)",
     )
     parser.add_argument("--skip-floor", action="store_true", help="do not measure the floor")
+    parser.add_argument(
+        "--bookings",
+        action="store_true",
+        help="book every host's GPUs for the run (reservation figures credited per batch)",
+    )
     args = parser.parse_args(argv)
     if args.concurrency > args.hosts:
         parser.error("--concurrency cannot exceed --hosts (one push in flight per host)")

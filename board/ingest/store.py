@@ -2,7 +2,8 @@
 
 A batch goes through these phases, in order:
 
-1. lock: the batch's hosts, in key order (board.ingest.hostlock), revocation re-checked;
+1. lock: the batch's hosts, in key order (board.ingest.hostlock), revocation re-checked,
+   and in the same round trip the bookings in force around the batch's points;
 2. classify: each observation to its host's pending list, or revoked;
 3. dedupe: repeats inside the batch, then points stored already (only points not newer
    than their host's newest observation look up their stored neighbourhood);
@@ -35,15 +36,19 @@ from board.ingest.history import Neighbourhood, PointKey, RawKey, load_ticks, ne
 from board.ingest.hostlock import LockedHost, lock_batch_hosts
 from board.ingest.normalize import Observation, decode_tick, tick_of
 from board.ingest.rawrows import insert_raw
-from board.reservations.crediting import ReservationDelta
-from board.reservations.store import HostSpan, load_bookings, upsert_figures
 from board.ingest.state_since import (
     KeptTicks,
     keep_state_since,
     new_ticks_by_host,
     write_restated,
 )
-from board.rollups.crediting import RollupDelta, Tick, from_us, to_us
+from board.reservations.crediting import ReservationDelta
+from board.reservations.store import (
+    HostSpan,
+    ask_batch_bookings,
+    upsert_figures,
+)
+from board.rollups.crediting import RollupDelta, Tick, to_us
 from board.rollups.store import upsert_rollup_delta
 
 __all__ = ["GpuInfo", "GpuKey", "Outcome", "TooManyGpus", "store_batch"]
@@ -127,9 +132,11 @@ async def store_batch(
     keys = sorted({(o.workspace_id, o.host_id) for o in observations})
     touched: list[GpuKey] = []
     try:
-        async with conn.pipeline():  # BEGIN travels with the lock
+        async with conn.pipeline():  # BEGIN travels with the lock, and the bookings read
+            bookings = await ask_batch_bookings(conn, _batch_spans(observations))
             hosts = await lock_batch_hosts(conn, keys)
-        return await _write_locked(conn, observations, hosts, gpu_cache, touched, prepared)
+            booked = await bookings.delta()
+        return await _write_locked(conn, observations, hosts, gpu_cache, touched, prepared, booked)
     except BaseException:
         for key in touched:  # their rows were rolled back (or may have been)
             gpu_cache.pop(key, None)
@@ -144,6 +151,7 @@ async def _write_locked(
     gpu_cache: dict[GpuKey, GpuInfo],
     touched: list[GpuKey],
     prepared: Callable[[], None] | None,
+    booked: ReservationDelta,
 ) -> list[Outcome | TooManyGpus]:
     batch = _classify(observations, hosts)
     _drop_batch_duplicates(batch)
@@ -154,7 +162,7 @@ async def _write_locked(
         batch.settle(i, too_many)
     fresh = batch.to_store()
     groups, newest = _group(batch, neighbours, gpu_cache)
-    delta, booked = await _credit(conn, groups)
+    delta = await _credit(conn, groups, booked)
     kept = await keep_state_since(conn, new_ticks_by_host(groups))
     if prepared is not None:
         prepared()
@@ -253,14 +261,14 @@ def _group(
 
 
 async def _credit(
-    conn: psycopg.AsyncConnection[Any], groups: list[_IntervalGroup]
-) -> tuple[RollupDelta, ReservationDelta]:
+    conn: psycopg.AsyncConnection[Any], groups: list[_IntervalGroup], booked: ReservationDelta
+) -> RollupDelta:
     """Every group's interval changes in one delta, and the same changes to the figures
-    of the bookings they fall in (board.reservations.crediting).
+    of the bookings they fall in (`booked`, board.reservations.crediting).
 
     The usual opener is the host's newest tick, on its row; any other is read back from
     the raw samples (one round trip for the batch, only when there is one). The bookings
-    of the batch's hosts in the stretch it credits are one indexed query.
+    were read in the lock's round trip (_batch_spans).
     """
     to_read = sorted(
         {
@@ -270,27 +278,25 @@ async def _credit(
         }
     )
     stored_ticks = await load_ticks(conn, to_read)
-    booked = await load_bookings(conn, _credited_spans(groups))
     delta = RollupDelta()
     for group in groups:
         after_us = to_us(group.after) if group.after is not None else None
         opener = _opener(group, stored_ticks)
         delta.credit_insertion(opener, group.ticks, after_us, group.host.max_gap_us)
         booked.credit_insertion(opener, group.ticks, after_us, group.host.max_gap_us)
-    return delta, booked
+    return delta
 
 
-def _credited_spans(groups: list[_IntervalGroup]) -> list[HostSpan]:
-    """Per host, the stretch whose intervals the batch credits or un-credits."""
-    spans: dict[int, tuple[int, int, int]] = {}
-    for group in groups:
-        lo = to_us(group.before) if group.before is not None else group.ticks[0].observed_us
-        hi = to_us(group.after) if group.after is not None else group.ticks[-1].observed_us
-        known = spans.get(group.host.host_id)
-        if known is not None:
-            lo, hi = min(lo, known[1]), max(hi, known[2])
-        spans[group.host.host_id] = (group.host.workspace_id, lo, hi)
-    return [HostSpan(ws, host, from_us(lo), from_us(hi)) for host, (ws, lo, hi) in spans.items()]
+def _batch_spans(observations: Sequence[Observation]) -> list[HostSpan]:
+    """Per host, in lock order, its first and last new point (the bookings read widens
+    them by maxSampleGap: no interval the batch changes reaches further)."""
+    spans: dict[tuple[int, int], tuple[datetime, datetime]] = {}
+    for o in observations:
+        key = (o.workspace_id, o.host_id)
+        known = spans.get(key)
+        lo, hi = (o.observed_at, o.observed_at) if known is None else known
+        spans[key] = (min(lo, o.observed_at), max(hi, o.observed_at))
+    return [HostSpan(ws, host, lo, hi) for (ws, host), (lo, hi) in sorted(spans.items())]
 
 
 def _opener(group: _IntervalGroup, stored_ticks: dict[PointKey, Tick]) -> Tick | None:

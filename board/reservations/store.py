@@ -38,24 +38,19 @@ _BOOKINGS = """
 """
 
 
-async def load_bookings(
-    conn: psycopg.AsyncConnection[Any], spans: Sequence[HostSpan]
-) -> ReservationDelta:
-    """A delta that knows the bookings touching the spans (one indexed query)."""
+def _span_arrays(spans: Sequence[HostSpan]) -> list[str]:
+    return [
+        int_array(s.workspace_id for s in spans),
+        int_array(s.host_id for s in spans),
+        text_array(s.lo.isoformat() for s in spans),
+        text_array(s.hi.isoformat() for s in spans),
+    ]
+
+
+def _delta_of(rows: Sequence[tuple[Any, ...]]) -> ReservationDelta:
     delta = ReservationDelta()
-    if not spans:
-        return delta
-    cur = await conn.execute(
-        _BOOKINGS,
-        [
-            int_array(s.workspace_id for s in spans),
-            int_array(s.host_id for s in spans),
-            text_array(s.lo.isoformat() for s in spans),
-            text_array(s.hi.isoformat() for s in spans),
-        ],
-    )
     seen: set[tuple[int, int]] = set()
-    for ws, gpu_id, reservation_id, start, end, users in await cur.fetchall():
+    for ws, gpu_id, reservation_id, start, end, users in rows:
         if (reservation_id, gpu_id) in seen:  # two spans of one host may both find it
             continue
         seen.add((reservation_id, gpu_id))
@@ -63,6 +58,71 @@ async def load_bookings(
             Booking(ws, reservation_id, gpu_id, to_us(start), to_us(end), frozenset(users))
         )
     return delta
+
+
+async def load_bookings(
+    conn: psycopg.AsyncConnection[Any], spans: Sequence[HostSpan]
+) -> ReservationDelta:
+    """A delta that knows the bookings touching the spans (one indexed query)."""
+    if not spans:
+        return ReservationDelta()
+    cur = await conn.execute(_BOOKINGS, _span_arrays(spans))
+    return _delta_of(await cur.fetchall())
+
+
+# The ingest batch's read of its bookings, sent in the round trip of its host lock. The
+# hosts are locked by a statement of its own first: a statement reads with the snapshot
+# it started with, so only a read that starts once the locks are held sees every booking
+# committed before them (a booking change holds the same lock while it re-credits).
+_LOCK_BATCH_HOSTS = """
+    SELECT 1 FROM hosts h
+    WHERE (h.workspace_id, h.id) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
+    ORDER BY h.workspace_id, h.id FOR UPDATE OF h
+"""
+# Any interval a new point opens, closes or splits is at most maxSampleGap long (a longer
+# one counts for nobody), so it lies within the batch's times widened by the gap.
+_BATCH_BOOKINGS = """
+    SELECT rg.workspace_id, rg.gpu_id, rg.reservation_id, lower(rg.during), upper(rg.during),
+           r.linux_users
+    FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[])
+         AS s(ws, host_id, lo, hi)
+    JOIN workspaces w ON w.id = s.ws
+    JOIN reservation_gpus rg
+      ON rg.workspace_id = s.ws AND rg.host_id = s.host_id
+     AND rg.during && tstzrange(s.lo - make_interval(secs => w.max_sample_gap_seconds),
+                                s.hi + make_interval(secs => w.max_sample_gap_seconds), '[]')
+    JOIN reservations r ON r.workspace_id = rg.workspace_id AND r.id = rg.reservation_id
+"""
+
+
+class PendingBookings:
+    """The bookings of an ingest batch, asked for in its lock's round trip."""
+
+    def __init__(self, cursor: psycopg.AsyncCursor[Any] | None) -> None:
+        self._cursor = cursor
+
+    async def delta(self) -> ReservationDelta:
+        """A delta that knows them (their rows arrived with the lock's)."""
+        if self._cursor is None:
+            return ReservationDelta()
+        return _delta_of(await self._cursor.fetchall())
+
+
+async def ask_batch_bookings(
+    conn: psycopg.AsyncConnection[Any], spans: Sequence[HostSpan]
+) -> PendingBookings:
+    """Send (in the caller's pipeline, before its host lock) the lock and the bookings
+    read of each host's [first, last] new observation; fetch nothing yet.
+
+    `spans` in (workspace_id, host_id) order, as every host lock is taken.
+    """
+    if not spans:
+        return PendingBookings(None)
+    await conn.execute(
+        _LOCK_BATCH_HOSTS,
+        [int_array(s.workspace_id for s in spans), int_array(s.host_id for s in spans)],
+    )
+    return PendingBookings(await conn.execute(_BATCH_BOOKINGS, _span_arrays(spans)))
 
 
 _UPSERT_FIGURES = """
