@@ -151,7 +151,7 @@ class Fleet:
                             c.holders,
                             c.process_count,
                             c.derived,
-                            c.state_for,
+                            c.state_since.isoformat() if c.state_since else None,
                         )
                         for c in h.cards
                     ],

@@ -96,8 +96,8 @@ async def _fleet_context(
 ) -> tuple[dict[str, Any], Fleet]:
     all_hosts = await hosts.list_hosts(db, page.ctx)
     now = datetime.now(UTC)
-    # Durations are shown to the minute: the same minute renders the same page, so an
-    # unchanged fleet answers a refresh with 304.
+    # Durations are rendered with the real clock and carry their stateSince, from which
+    # the page's script keeps them current; the refresh's ETag names the minute only.
     minute = now.replace(second=0, microsecond=0)
     shown = search_hosts(all_hosts, query.q) if query.q else None
     fleet = build_fleet(
@@ -107,7 +107,7 @@ async def _fleet_context(
         shown=shown,
         group=query.group,
         sort=query.sort,
-        now=minute,
+        now=now,
     )
     shown_gpus = sum(len(h.cards) for h in fleet.hosts)
     view = query.view or ("cards" if fleet.counts["total"] <= CARDS_UP_TO else "rows")
@@ -200,7 +200,7 @@ async def people_page(
     (from the usage report, which reads the rollups, not the raw samples)."""
     sort = sort if sort in ("idle_held", "hours") else "idle_held"
     tz = page.ctx.workspace.timezone
-    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    now = datetime.now(UTC)
     all_hosts = await hosts.list_hosts(db, page.ctx)
     week_rows: list[dict[str, Any]] = []
     first = tomorrow = None

@@ -209,7 +209,29 @@
     }
   }
 
+  // "3 h 10 min" since a stateSince, whole minutes rounded down (as board/web/fleet.py).
+  function duration(ms) {
+    const minutes = Math.max(0, Math.floor(ms / 60000));
+    if (minutes < 1) return "under 1 min";
+    const days = Math.floor(minutes / 1440);
+    const hours = Math.floor((minutes % 1440) / 60);
+    if (days) return days + " d " + hours + " h";
+    if (hours) return hours + " h " + (minutes % 60) + " min";
+    return minutes + " min";
+  }
+
+  function tickDurations() {
+    const now = Date.now();
+    document.querySelectorAll("[data-since]").forEach(function (el) {
+      const since = Date.parse(el.dataset.since);
+      if (isNaN(since)) return;
+      const text = duration(now - since);
+      if (el.textContent !== text) el.textContent = text;
+    });
+  }
+
   onReady(function () {
+    setInterval(tickDurations, 15000);
     document.querySelectorAll("[data-live]").forEach(function (root) {
       root.querySelectorAll("[data-fragment]").forEach(function (el) {
         el.dataset.html = el.innerHTML;
