@@ -1,1 +1,2 @@
-"""Notices: idle-held GPUs, idle bookings and unhealthy hosts told to the right people, through a durable outbox."""
+"""Notices: idle-held GPUs, idle bookings and unhealthy hosts told to the right people,
+through a durable outbox."""
