@@ -16,6 +16,15 @@ from board.directory.models import DirectoryEntry
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
 from board.ingest.tables import gpu_samples, host_observations, process_samples
+from board.notices.models import (
+    NoticeChannel,
+    NoticeDelivery,
+    NoticeDigest,
+    NoticeEpisode,
+    NoticeEvent,
+    NoticeSnooze,
+)
+from board.money.models import Price, WorkspaceCurrency
 from board.rollups.daily import GpuDayRollup, RollupDirtyDay, UserDayRollup
 from board.reservations.models import Reservation, ReservationGpu, ReservationHourFigure
 from board.rollups.models import GpuHourRollup, HostHourRollup, UserHourRollup
@@ -36,6 +45,13 @@ __all__ = [
     "Host",
     "HostRejection",
     "Membership",
+    "NoticeChannel",
+    "NoticeDelivery",
+    "NoticeDigest",
+    "NoticeEpisode",
+    "NoticeEvent",
+    "NoticeSnooze",
+    "Price",
     "Reservation",
     "ReservationGpu",
     "ReservationHourFigure",
@@ -47,6 +63,7 @@ __all__ = [
     "UserHourRollup",
     "WebSessionRow",
     "Workspace",
+    "WorkspaceCurrency",
     "gpu_samples",
     "host_observations",
     "process_samples",

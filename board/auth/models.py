@@ -47,6 +47,11 @@ class Workspace(Base):
     max_gpus_per_host: Mapped[int] = mapped_column(Integer, server_default="64")
     # The longest booking of GPUs a member may make (board/reservations).
     max_reservation_days: Mapped[int] = mapped_column(Integer, server_default="14")
+    # Notices (board/notices): how long a GPU is idle-held, or a booked GPU idle, before
+    # it is told; the local hour of the daily digest (null: no digest).
+    idle_held_notice_minutes: Mapped[int] = mapped_column(Integer, server_default="30")
+    reservation_idle_notice_minutes: Mapped[int] = mapped_column(Integer, server_default="30")
+    digest_hour: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (
@@ -56,6 +61,11 @@ class Workspace(Base):
         CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_range"),
         CheckConstraint("max_gpus_per_host BETWEEN 1 AND 4096", name="max_gpus_per_host_range"),
         CheckConstraint("max_reservation_days BETWEEN 1 AND 366", name="max_reservation_days_range"),
+        CheckConstraint("idle_held_notice_minutes BETWEEN 1 AND 10080", name="idle_notice_range"),
+        CheckConstraint(
+            "reservation_idle_notice_minutes BETWEEN 1 AND 10080", name="reservation_notice_range"
+        ),
+        CheckConstraint("digest_hour BETWEEN 0 AND 23", name="digest_hour_range"),
     )
 
 

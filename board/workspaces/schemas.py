@@ -33,6 +33,9 @@ class WorkspaceSettings(ReadModel):
     retention_days: int
     max_gpus_per_host: int
     max_reservation_days: int
+    idle_held_notice_minutes: int
+    reservation_idle_notice_minutes: int
+    digest_hour: int | None
 
 
 def _not_null(value: object) -> object:
@@ -69,6 +72,10 @@ class SettingsPatch(BaseModel):
     retention_days: Annotated[int | None, NotNull, Field(ge=1, le=3650)] = None
     max_gpus_per_host: Annotated[int | None, NotNull, Field(ge=1, le=4096)] = None
     max_reservation_days: Annotated[int | None, NotNull, Field(ge=1, le=366)] = None
+    idle_held_notice_minutes: Annotated[int | None, NotNull, Field(ge=1, le=10080)] = None
+    reservation_idle_notice_minutes: Annotated[int | None, NotNull, Field(ge=1, le=10080)] = None
+    # The one setting that may be null: no daily digest.
+    digest_hour: Annotated[int | None, Field(ge=0, le=23)] = None
 
     @model_validator(mode="wrap")
     @classmethod
