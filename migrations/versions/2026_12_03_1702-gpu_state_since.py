@@ -1,6 +1,12 @@
 """gpu state since
 
-Placeholder for issue 14 (fleet at scale): how long each GPU has been in its state.
+Issue 14 (fleet at scale): how long each GPU has been in its state (`stateSince`).
+
+No schema change: each GPU's run start travels in the host row's `latest_tick` (a 7th
+element per GPU, board.ingest.normalize.encode_tick). A tick written before has six;
+the write path recomputes the host's run starts from its raw samples at the host's next
+push (board.ingest.state_since), and the API shows null until then. So both directions
+are no-ops: an older board ignores the extra element.
 
 Revision ID: a14b3f8d6e03
 Revises: a18e7d2c9f02
