@@ -1,0 +1,104 @@
+"""What people read: a notice as a mail and as a Slack message (the webhook gets the
+event's JSON body itself)."""
+
+from __future__ import annotations
+
+from email.message import EmailMessage
+from email.utils import make_msgid
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+_TEXT = Environment(
+    loader=FileSystemLoader(Path(__file__).parent / "templates"),
+    undefined=StrictUndefined,
+    autoescape=False,  # plain-text mail; Slack text is escaped by _slack_escape
+    keep_trailing_newline=True,
+)
+
+_HEADLINES = {
+    "gpu.idle_held": "GPU idle-held",
+    "gpu.idle_held.resolved": "GPU no longer idle-held",
+    "reservation.idle": "Booked GPU sitting idle",
+    "reservation.idle.resolved": "Booked GPU no longer idle",
+    "host.stale": "Host stopped reporting",
+    "host.stale.resolved": "Host reporting again",
+    "host.error": "Host reports an error",
+    "host.error.resolved": "Host error cleared",
+    "digest.daily": "Daily digest",
+    "test": "Test notice",
+}
+
+
+def headline(body: dict[str, Any]) -> str:
+    data = body.get("data", {})
+    words = _HEADLINES.get(str(body.get("type")), str(body.get("type")))
+    host = (data.get("host") or {}).get("displayName")
+    gpu = data.get("gpu") or {}
+    where = f"{host}, GPU {gpu.get('index')}" if host and gpu else host
+    workspace = (data.get("workspace") or {}).get("name", "")
+    if body.get("type") == "digest.daily":
+        return f"{workspace}: daily digest for {data.get('day')}"
+    if body.get("type") == "test":
+        return f"{workspace}: test notice from GUA Board"
+    users = ", ".join(data.get("linuxUsers") or [])
+    return f"{words}: {where}" + (f" ({users})" if users else "")
+
+
+def text_body(body: dict[str, Any], snooze_url: str | None) -> str:
+    data = body.get("data", {})
+    if body.get("type") == "digest.daily":
+        return _TEXT.get_template("digest.txt").render(headline=headline(body), data=data)
+    if body.get("type") == "test":
+        return f"{headline(body)}\n\nThis channel works.\n"
+    shown = {
+        "workspace": data.get("workspace", {}),
+        "host": data.get("host", {}),
+        "gpu": data.get("gpu"),
+        "linuxUsers": data.get("linuxUsers", []),
+        "reservation": data.get("reservation"),
+        "since": data.get("since", ""),
+        "endedAt": data.get("endedAt"),
+        "url": data.get("url"),
+    }
+    return _TEXT.get_template("notice.txt").render(
+        headline=headline(body), data=shown, snooze_url=snooze_url
+    )
+
+
+def email(
+    body: dict[str, Any], sender: str, to: list[str], event_id: str, snooze_url: str | None
+) -> EmailMessage:
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = ", ".join(to)
+    message["Subject"] = headline(body)[:200]
+    message["Message-ID"] = make_msgid(idstring=event_id.replace("-", ""))
+    # The event id lets a mail filter, or a person, match a repeat to its first copy.
+    message["X-Gua-Event-Id"] = event_id
+    message.set_content(text_body(body, snooze_url))
+    return message
+
+
+def _slack_escape(value: object) -> str:
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack(body: dict[str, Any], snooze_url: str | None) -> dict[str, Any]:
+    """An incoming-webhook message: a readable line, the details, links to the GPU and
+    to the snooze page."""
+    data = body.get("data", {})
+    lines = [f"*{_slack_escape(headline(body))}*"]
+    if body.get("type") not in ("digest.daily", "test"):
+        lines.append(f"since {_slack_escape(data.get('since', ''))}")
+        booking = data.get("reservation")
+        if booking:
+            lines.append(f"booked by {_slack_escape(booking.get('memberEmail'))}")
+        if data.get("url"):
+            lines.append(f"<{data['url']}|Open on the board>")
+        if snooze_url:
+            lines.append(f"<{snooze_url}|Snooze this GPU>")
+    else:
+        lines.append(_slack_escape(text_body(body, None)))
+    return {"text": "\n".join(lines)}

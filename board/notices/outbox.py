@@ -1,0 +1,200 @@
+"""The delivery workers' side of the outbox: claim due deliveries, send, record.
+
+A claim is one statement: due rows (pending and due, or sending with an expired lease)
+are taken with FOR UPDATE SKIP LOCKED, so several workers in several board processes
+never take the same row, and marked `sending` with a lease, committed before anything is
+sent. The send happens outside any transaction; its outcome is recorded only if the row
+is still this worker's claim (same attempt number). A process killed mid-send leaves
+its row `sending`; once the lease expires another worker sends it again, with the same
+webhook-id. So delivery is at least once, and a delivery recorded as delivered is never
+sent again.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from standardwebhooks import Webhook
+
+from board.metrics.registry import notices_delivered, notices_failed
+from board.notices import messages
+from board.notices.sealing import unseal
+from board.notices.senders import Outcome, backoff, parse_smtp_url, post_json, send_mail
+from board.notices.snooze import snooze_token
+from board.settings import Settings
+
+_CLAIM = """
+    UPDATE notice_deliveries d
+    SET status = 'sending', attempts = d.attempts + 1, last_attempt_at = now(),
+        lease_until = now() + make_interval(secs => %(lease)s)
+    WHERE (d.workspace_id, d.id) IN (
+        SELECT workspace_id, id FROM notice_deliveries
+        WHERE (status = 'pending' AND next_attempt_at <= now())
+           OR (status = 'sending' AND lease_until < now())
+        ORDER BY next_attempt_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING d.workspace_id, d.id, d.attempts
+"""
+
+_CLAIMED = """
+    SELECT d.workspace_id, d.id, d.attempts, d.kind, d.recipient, e.id, e.body, e.gpu_id,
+           c.url, c.sealed_url, c.sealed_secret, c.emails, c.deleted_at
+    FROM notice_deliveries d
+    JOIN notice_events e ON e.id = d.event_id
+    LEFT JOIN notice_channels c ON c.workspace_id = d.workspace_id AND c.id = d.channel_id
+    WHERE (d.workspace_id, d.id) = ANY(%s)
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    workspace_id: int
+    id: int
+    attempts: int
+    kind: str
+    recipient: str
+    event_id: uuid.UUID
+    body: dict[str, Any]
+    gpu_id: int | None
+    url: str | None
+    sealed_url: bytes | None
+    sealed_secret: bytes | None
+    emails: list[str]
+    channel_removed: bool
+
+
+async def claim(conn: psycopg.AsyncConnection[Any], limit: int, lease: float) -> list[Claimed]:
+    """Take up to `limit` due deliveries (the connection is in autocommit)."""
+    cur = await conn.execute(_CLAIM, {"lease": lease, "limit": limit})
+    keys = [(ws, id_) for ws, id_, _ in await cur.fetchall()]
+    if not keys:
+        return []
+    cur = await conn.execute(_CLAIMED, [keys])
+    found = []
+    for (
+        ws,
+        id_,
+        attempts,
+        kind,
+        recipient,
+        event_id,
+        body,
+        gpu_id,
+        *channel,
+    ) in await cur.fetchall():
+        url, sealed_url, sealed_secret, emails, deleted_at = channel
+        found.append(
+            Claimed(
+                ws,
+                id_,
+                attempts,
+                kind,
+                recipient,
+                event_id,
+                body if isinstance(body, dict) else json.loads(body),
+                gpu_id,
+                url,
+                sealed_url,
+                sealed_secret,
+                list(emails or []),
+                deleted_at is not None,
+            )
+        )
+    return found
+
+
+def snooze_url(settings: Settings, delivery: Claimed) -> str | None:
+    if delivery.gpu_id is None or not settings.public_url:
+        return None
+    token = snooze_token(settings.resolved_secret_key(), delivery.workspace_id, delivery.gpu_id)
+    return f"{settings.public_url.rstrip('/')}/notices/snooze?token={token}"
+
+
+def signed_headers(secret: str, event_id: str, payload: str) -> dict[str, str]:
+    now = datetime.now(UTC)
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign(event_id, now, payload),
+    }
+
+
+async def attempt(settings: Settings, delivery: Claimed) -> Outcome:
+    """One try at one delivery, by its kind."""
+    if delivery.channel_removed:
+        return Outcome(False, response="The channel was removed.")
+    secret_key = settings.resolved_secret_key()
+    event_id = str(delivery.event_id)
+    timeout = settings.notices_timeout_seconds
+    allow = settings.allow_insecure_webhooks
+    if delivery.kind == "webhook":
+        assert delivery.url is not None
+        assert delivery.sealed_secret is not None
+        payload = json.dumps(delivery.body, separators=(",", ":"))
+        headers = signed_headers(unseal(secret_key, delivery.sealed_secret), event_id, payload)
+        return await post_json(
+            delivery.url, payload.encode(), headers, allow_insecure=allow, timeout=timeout
+        )
+    if delivery.kind == "slack":
+        assert delivery.sealed_url is not None
+        message = messages.slack(delivery.body, snooze_url(settings, delivery))
+        return await post_json(
+            unseal(secret_key, delivery.sealed_url),
+            json.dumps(message).encode(),
+            {},
+            allow_insecure=allow,
+            timeout=timeout,
+        )
+    if settings.smtp_url is None:
+        return Outcome(False, response="No mail server is configured (GUA_BOARD_SMTP_URL).")
+    to = delivery.emails if delivery.recipient.startswith("channel:") else [delivery.recipient]
+    mail = messages.email(
+        delivery.body, settings.mail_from, to, event_id, snooze_url(settings, delivery)
+    )
+    return await send_mail(parse_smtp_url(settings.smtp_url.get_secret_value()), mail, timeout)
+
+
+_RECORD = """
+    UPDATE notice_deliveries
+    SET status = %(status)s, lease_until = NULL, response_status = %(code)s,
+        response = %(response)s,
+        delivered_at = CASE WHEN %(status)s = 'delivered' THEN now() END,
+        next_attempt_at = now() + make_interval(secs => %(delay)s)
+    WHERE workspace_id = %(ws)s AND id = %(id)s AND status = 'sending'
+      AND attempts = %(attempts)s
+"""
+
+
+async def record(
+    conn: psycopg.AsyncConnection[Any], settings: Settings, delivery: Claimed, outcome: Outcome
+) -> str:
+    """Keep the outcome (if the claim is still ours); returns the new status."""
+    if outcome.delivered:
+        status, delay = "delivered", 0.0
+        notices_delivered.labels(channel=delivery.kind).inc()
+    elif outcome.retry and delivery.attempts < settings.notices_max_attempts:
+        status = "pending"
+        delay = backoff(delivery.attempts, settings.notices_retry_base_seconds, outcome.retry_after)
+    else:
+        status, delay = "failed", 0.0
+        notices_failed.labels(channel=delivery.kind).inc()
+    await conn.execute(
+        _RECORD,
+        {
+            "status": status,
+            "code": outcome.status,
+            "response": outcome.response,
+            "delay": delay,
+            "ws": delivery.workspace_id,
+            "id": delivery.id,
+            "attempts": delivery.attempts,
+        },
+    )
+    return status

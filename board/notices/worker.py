@@ -1,0 +1,120 @@
+"""A board process's notice workers: the detector on a short clock and the delivery loop.
+
+Every process runs both. Detection is safe that way (a per-workspace advisory lock, and
+at most one open episode per subject in the table); delivery too (claims with SKIP
+LOCKED). Tests drive them directly: `detect_once(now)` and `deliver_due()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from board.notices import outbox
+from board.notices.detect import PassResult, detect_workspace, try_lock, workspaces
+from board.notices.digest import send_if_due
+from board.notices.senders import Outcome
+from board.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CLAIM_BATCH = 8
+
+
+class Notices:
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        pool: AsyncConnectionPool[Any],
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.pool = pool
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def mail(self) -> bool:
+        return self.settings.smtp_url is not None
+
+    @property
+    def lease_seconds(self) -> float:
+        # An attempt may take up to 3x the timeout (mail); its lease must outlast it.
+        return max(self.settings.notices_lease_seconds, 4 * self.settings.notices_timeout_seconds)
+
+    async def detect_once(self, now: datetime | None = None) -> dict[str, PassResult]:
+        """One pass over every workspace not being looked at by another process."""
+        now = now or datetime.now(UTC)
+        async with self.sessions() as session:
+            found = await workspaces(session)
+        results: dict[str, PassResult] = {}
+        for ws in found:
+            async with self.sessions() as session, session.begin():
+                if not await try_lock(session, ws.id):
+                    continue
+                result = await detect_workspace(
+                    session, ws, now, public_url=self.settings.public_url, mail=self.mail
+                )
+                await send_if_due(session, ws, result.seen, now, mail=self.mail)
+                results[ws.slug] = result
+        return results
+
+    async def deliver_due(self) -> int:
+        """Claim a batch of due deliveries and send them at once; how many were tried."""
+        async with self.pool.connection() as conn:
+            await conn.set_autocommit(True)
+            claimed = await outbox.claim(conn, CLAIM_BATCH, self.lease_seconds)
+        if not claimed:
+            return 0
+        outcomes = await asyncio.gather(
+            *(outbox.attempt(self.settings, d) for d in claimed), return_exceptions=True
+        )
+        async with self.pool.connection() as conn:
+            await conn.set_autocommit(True)
+            for delivery, outcome in zip(claimed, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    log.warning("notices: delivery %s failed: %r", delivery.id, outcome)
+                    outcome = Outcome(False, retry=True, response="Internal error.")
+                await outbox.record(conn, self.settings, delivery, outcome)
+        return len(claimed)
+
+    async def _detect_loop(self) -> None:
+        while True:
+            try:
+                await self.detect_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("notices: detection failed; will retry")
+            await asyncio.sleep(self.settings.notices_detect_seconds)
+
+    async def _deliver_loop(self) -> None:
+        while True:
+            try:
+                if await self.deliver_due():
+                    continue  # more may be due
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("notices: delivery loop failed; will retry")
+            await asyncio.sleep(self.settings.notices_poll_seconds)
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._detect_loop(), name="notices-detect"),
+            asyncio.create_task(self._deliver_loop(), name="notices-deliver"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
