@@ -112,6 +112,34 @@ class Settings(BaseSettings):
     password_signin: bool = True
     # The live utilization stream (board.stream): how much recent history each process keeps.
     stream_keep_seconds: int = Field(default=300, ge=10, le=3600)
+    # Operations (docs/operations.md). Logs: one JSON object a line ("json") or plain text;
+    # the access log (one line per request) is off unless asked for.
+    log_format: Literal["json", "text"] = "json"
+    access_log: bool = False
+    # /metrics: with a token, whoever sends it as a bearer token may scrape; without,
+    # clients on loopback or private addresses only.
+    metrics_enabled: bool = True
+    metrics_token: str | None = None
+    # A board process that is not the maintenance leader asks for the lock this often, so
+    # the schedule moves to another process soon after the leader stops.
+    maintenance_leader_retry_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Notices (docs/notices.md). Mail: smtp://user:pass@host:port (STARTTLS when offered)
+    # or smtps://… (TLS from the start); unset, no mail is sent. Webhooks: https to public
+    # addresses only, unless allow_insecure_webhooks (tests, labs) also allows http and
+    # loopback or private addresses.
+    smtp_url: SecretStr | None = None
+    mail_from: str = Field(default="gua-board@localhost", max_length=320)
+    allow_insecure_webhooks: bool = False
+    # How often each process looks for episodes starting or ending, and for deliveries due.
+    notices_detect_seconds: float = Field(default=20.0, gt=0, le=3600)
+    notices_poll_seconds: float = Field(default=2.0, gt=0, le=600)
+    # One attempt's deadline; a claimed delivery not finished within the lease (a process
+    # killed mid-send) is taken over by another worker.
+    notices_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    notices_lease_seconds: float = Field(default=60.0, gt=0, le=3600)
+    # Retries: base x 2^(attempt-1), jittered, at most an hour apart; then failed.
+    notices_retry_base_seconds: float = Field(default=15.0, gt=0, le=3600)
+    notices_max_attempts: int = Field(default=10, ge=1, le=100)
 
     @model_validator(mode="after")
     def _someone_can_sign_in(self) -> Settings:
@@ -132,6 +160,15 @@ class Settings(BaseSettings):
             return None
         if not value.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
             raise ValueError("GUA_BOARD_DATABASE_URL must be a postgresql:// URL (PostgreSQL only)")
+        return value
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _strong_metrics_token(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if len(value) < 16 or value.lower() in _WEAK_SECRETS:
+            raise ValueError("GUA_BOARD_METRICS_TOKEN must be at least 16 random characters")
         return value
 
     @field_validator("secret_key")
