@@ -3,23 +3,38 @@
 Each run creates and drops raw partitions (board.partitions), deletes expired rollup
 hours and audit events (board.audit) and recomputes dirty day rollups (board.rollups).
 It lives above them so that none has to import another.
+
+With several board processes on one database the schedule runs in one of them only,
+the leader: whichever holds a session-level PostgreSQL advisory lock on a connection
+of its own. The others ask for the lock every `maintenance_leader_retry_seconds`; when
+the leader stops or dies, PostgreSQL ends its session, the lock is free, and the next
+process to ask leads. The leader probes its lock's connection as often, so a leader
+whose connection broke stops leading instead of running beside the new one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Protocol
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from board.audit.service import delete_expired as drop_expired_audit_events
+from board.db.urls import libpq_url
+from board.metrics.registry import maintenance_failures, maintenance_leader, maintenance_runs
 from board.partitions.maintenance import run_maintenance
 from board.rollups.daily import refresh_day_rollups
 from board.rollups.retention import drop_expired_rollups
 from board.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# pg_try_advisory_lock key of the leader (any bigint; distinct from the partition
+# maintenance lock, which guards each run's DDL against the ingest's own healing).
+LEADER_LOCK_KEY = 0x6775615F6C656164  # "gua_lead"
 
 
 class PartitionCache(Protocol):
@@ -31,6 +46,9 @@ class MaintainedProcess(Protocol):
 
     @property
     def settings(self) -> Settings: ...
+
+    @property
+    def database_url(self) -> str: ...
 
     @property
     def pool(self) -> AsyncConnectionPool[Any]: ...
@@ -59,9 +77,45 @@ async def maintain_once(process: MaintainedProcess) -> None:
 
 
 async def maintenance_loop(process: MaintainedProcess) -> None:
+    """Lead when the lock is free, else wait and ask again; forever (cancelled at stop)."""
+    retry = process.settings.maintenance_leader_retry_seconds
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                libpq_url(process.database_url), autocommit=True
+            ) as conn:
+                while not await _take_lead(conn):
+                    await asyncio.sleep(retry)
+                await _lead(process, conn)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("maintenance: leader connection lost (%s); asking again", exc)
+        finally:
+            maintenance_leader.set(0)
+        await asyncio.sleep(retry)
+
+
+async def _take_lead(conn: psycopg.AsyncConnection[Any]) -> bool:
+    cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", [LEADER_LOCK_KEY])
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def _lead(process: MaintainedProcess, conn: psycopg.AsyncConnection[Any]) -> None:
+    """Run the schedule while `conn` (which holds the lock) stays up; raises when it drops."""
+    settings = process.settings
+    maintenance_leader.set(1)
+    log.info("maintenance: this process leads the schedule")
     while True:
         try:
             await maintain_once(process)
+            maintenance_runs.inc()
         except Exception:
-            log.exception("partition maintenance failed; will retry")
-        await asyncio.sleep(process.settings.maintenance_interval_seconds)
+            maintenance_failures.inc()
+            log.exception("maintenance failed; will retry")
+        next_run = time.monotonic() + settings.maintenance_interval_seconds
+        while (left := next_run - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, settings.maintenance_leader_retry_seconds))
+            async with asyncio.timeout(10):  # not wait_for: see archives.worker
+                await conn.execute("SELECT 1")

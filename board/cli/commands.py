@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import logging.config
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -63,24 +64,31 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from board.httpserver import raise_open_files_limit, uvicorn_options
+    from board.logs import logging_config
+    from board.metrics.exposition import multiprocess_dir
 
     settings = _settings()
     url = resolve_database_url(settings)  # also exported to the worker processes
     migrations.upgrade(url)
     settings.resolved_secret_key()  # created once here, not raced by workers
-    logging.basicConfig(level=settings.log_level.upper())
+    # JSON lines (or text) with request ids, here and in every worker (uvicorn applies it).
+    log_config = logging_config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(log_config)
     install_redaction()
     raise_open_files_limit()  # before the workers start: they inherit it
-    uvicorn.run(
-        "board.app:create_served_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=settings.log_level,
-        access_log=False,
-        **uvicorn_options(settings),
-    )
+    # Several workers share /metrics through a directory made for this run only.
+    with multiprocess_dir(args.workers):
+        uvicorn.run(
+            "board.app:create_served_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=settings.log_level,
+            log_config=log_config,
+            access_log=False,
+            **uvicorn_options(settings),
+        )
     return 0
 
 

@@ -4,16 +4,48 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from board.errors import DomainError
 from board.httpserver import read_body
 from board.ingest import service
 from board.ingest.store import Outcome
+from board.metrics.registry import observations_accepted, observations_rejected, rejection_label
 
 router = APIRouter(prefix="/agent/v1", tags=["agent"])
 
 
+# A refusal's reason for the metrics when the error names none (board/metrics/registry.py).
+_REASON_OF_STATUS = {
+    400: "invalid_json",
+    401: "unauthorized",
+    408: "request_timeout",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_payload",
+    503: "unavailable",
+}
+
+
+def rejection_reason(exc: DomainError | HTTPException) -> str:
+    reason = exc.extra.get("reason") if isinstance(exc, DomainError) else None
+    if not isinstance(reason, str):
+        reason = _REASON_OF_STATUS.get(exc.status_code, "other")
+    return rejection_label(reason)
+
+
 async def observations(request: Request) -> JSONResponse:
+    """Counts each push as accepted or rejected (by reason), then answers it."""
+    try:
+        response = await store_observation(request)
+    except (DomainError, HTTPException) as exc:
+        observations_rejected.labels(reason=rejection_reason(exc)).inc()
+        raise
+    observations_accepted.inc()
+    return response
+
+
+async def store_observation(request: Request) -> JSONResponse:
     """POST /agent/v1/observations: 202 once the observation is committed.
 
     A plain Starlette route, the only one: every agent pushes here every 30 s, and

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, date
@@ -26,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from board.ingest.gpuids import GpuInfo, GpuKey, TooManyGpus
 from board.ingest.normalize import Observation
 from board.ingest.store import Outcome, store_batch
+from board.metrics.registry import ingest_batch_size, ingest_commit_seconds
 from board.partitions.maintenance import create_days, existing_partitions
 
 log = logging.getLogger(__name__)
@@ -123,8 +125,12 @@ class IngestWriter:
         days = {o.observed_at.astimezone(UTC).date() for o in observations}
         await self._ensure_partitions(days)
         try:
+            started = time.perf_counter()
             async with self._pool.connection() as conn:
-                return await store_batch(conn, observations, self._gpu_cache, prepared)
+                outcomes = await store_batch(conn, observations, self._gpu_cache, prepared)
+            ingest_commit_seconds.observe(time.perf_counter() - started)
+            ingest_batch_size.observe(len(observations))
+            return outcomes
         except psycopg.Error as exc:
             if not missing_partition(exc):
                 raise
