@@ -28,6 +28,7 @@ from board.maintenance import maintenance_loop
 from board.metrics.exposition import mark_process_dead
 from board.metrics.http import ReportTimingMiddleware
 from board.metrics.routes import router as metrics_router
+from board.notices.routes import router as notices_router
 from board.reports.routes import router as reports_router
 from board.reservations.routes import router as reservations_router
 from board.runtime import Runtime
@@ -86,6 +87,8 @@ def create_app(
         await runtime.start()
         app.state.runtime = runtime
         task = asyncio.create_task(maintenance_loop(runtime)) if run_maintenance else None
+        if run_maintenance:
+            runtime.notices.start()  # stopped by runtime.stop()
         if tune_gc_after_start:
             tune_gc()
         try:
@@ -130,6 +133,7 @@ def create_app(
     app.include_router(reservations_router)
     app.include_router(directory_router)
     app.include_router(audit_router)
+    app.include_router(notices_router)
     app.include_router(metrics_router)
 
     install_web(app)

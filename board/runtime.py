@@ -21,6 +21,7 @@ from board.db.urls import libpq_url
 from board.hosts.revocation import REVOKE_CHANNEL
 from board.ingest.access import AgentAccess
 from board.ingest.writer import IngestWriter
+from board.notices.worker import Notices
 from board.settings import Settings
 from board.stream.hub import StreamHub
 
@@ -35,6 +36,8 @@ class Runtime:
     writer: IngestWriter
     stream: StreamHub
     archives: Archives
+    # Notices: the detector and delivery workers (started by the app with maintenance).
+    notices: Notices
     # Agent token -> host, not revoked (board/ingest/access.py); its cache is cleared by
     # revocation notices that arrive on the stream hub's listener connection.
     access: AgentAccess = field(init=False)
@@ -64,15 +67,17 @@ class Runtime:
             libpq_url(database_url), min_size=1, max_size=6, open=False
         )
         writer = IngestWriter(pool, max_batch=settings.ingest_max_batch)
+        sessions = make_sessionmaker(engine)
         return cls(
             settings=settings,
             database_url=database_url,
             engine=engine,
-            sessions=make_sessionmaker(engine),
+            sessions=sessions,
             pool=pool,
             writer=writer,
             stream=StreamHub(keep_seconds=settings.stream_keep_seconds),
             archives=Archives(pool, settings, writer),
+            notices=Notices(settings, sessions, pool),
         )
 
     async def start(self) -> None:
@@ -82,6 +87,7 @@ class Runtime:
         await self.archives.start()
 
     async def stop(self) -> None:
+        await self.notices.stop()
         await self.archives.stop()
         await self.stream.stop()
         await self.writer.stop()
