@@ -33,6 +33,7 @@ from agent.payload import HostIdentity
 from agent.runner import Collector, Runner, take_snapshot
 from agent.sender import HostRevoked, Sender
 from agent.spool import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Spool
+from agent.stream import UtilStreamer
 from agent.units import format_duration, parse_duration, parse_size
 from agent.usage import DEFAULT_GRACE_SECONDS, DEFAULT_GRACE_TICKS, UsageTracker
 
@@ -168,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
                 default=DEFAULT_GRACE_TICKS,
                 help="and at least this many low ticks (default 3)",
             )
+            cmd.add_argument(
+                "--no-stream",
+                action="store_false",
+                dest="stream",
+                help="do not stream utilization every second for the board's live graphs",
+            )
     return parser
 
 
@@ -259,7 +266,9 @@ def cmd_enroll(args: argparse.Namespace) -> int:
 
 def cmd_push(args: argparse.Namespace) -> int:
     hostname = args.hostname or socket.gethostname()
-    collector: Collector = FakeCollector(hostname) if args.fake else NvmlCollector(load_nvml())
+    collector: FakeCollector | NvmlCollector = (
+        FakeCollector(hostname) if args.fake else NvmlCollector(load_nvml())
+    )
     once = args.command == "push-once"
     tracker = UsageTracker(0, 0) if once else UsageTracker(args.idle_grace_ticks, args.idle_grace)
     if once and args.print_only:
@@ -290,10 +299,24 @@ def cmd_push(args: argparse.Namespace) -> int:
                 config.token_prefix,
                 spool.directory,
             )
+        # The live stream runs beside the push loop on a thread of its own: it never
+        # delays a tick, and its failures only ever touch the live graphs.
+        streamer = (
+            UtilStreamer(
+                config.server_url,
+                config.agent_token,
+                collector.utilization,
+                connect_timeout=args.connect_timeout,
+            ).start()
+            if not once and args.stream
+            else None
+        )
         try:
             with runner.signals_handled():
                 runner.run(max_ticks=1 if once else None)
         finally:
+            if streamer is not None:
+                streamer.stop()
             collector.close()
     if not once:
         log.info("stopped after %d tick(s); %d snapshot(s) spooled", runner.ticks, len(spool))

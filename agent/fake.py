@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from agent import AGENT_VERSION
-from agent.model import Collection, GpuReading, ProcessReading, ProcessType
+from agent.model import Collection, GpuReading, ProcessReading, ProcessType, UtilReading
 from agent.payload import HostIdentity, build_observation
 from agent.usage import single_tick_state
 
@@ -106,6 +106,10 @@ class FakeCollector:
         """A complete `availability.snapshot.v1` payload for this fake host at `observed_at`."""
         host = HostIdentity(self.hostname, agent_version, host_id, display_name)
         return build_observation(self.collect(observed_at), host, observed_at)
+
+    def utilization(self) -> list[UtilReading]:
+        """The fake GPUs' utilization and memory now, for the live stream."""
+        return [UtilReading(g.uuid, g.util_pct, g.memory_used_mb) for g in self.collect().gpus]
 
     def close(self) -> None:
         """Nothing to release; present for interface parity."""

@@ -82,3 +82,12 @@ class Collection:
     def failed(cls, *codes: str) -> Collection:
         """An `error` heartbeat: the host is alive but its GPUs could not be read."""
         return cls(driver_version=UNKNOWN, gpus=(), status="error", errors=codes)
+
+
+@dataclass(frozen=True, slots=True)
+class UtilReading:
+    """One GPU's utilization and used memory for the live stream (no processes)."""
+
+    uuid: str
+    util_pct: int
+    memory_used_mb: int

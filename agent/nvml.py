@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from types import ModuleType
@@ -26,6 +27,7 @@ from agent.model import (
     GpuReading,
     ProcessReading,
     ProcessType,
+    UtilReading,
 )
 from agent.procinfo import ProcInfo
 
@@ -90,9 +92,40 @@ class NvmlCollector:
         self._initialized = False
         self._driver_version = UNKNOWN
         self._warned: set[str] = set()
+        # The live stream reads from its own thread; NVML's init and shutdown are not
+        # to interleave with it.
+        self._lock = threading.Lock()
 
     def collect(self, observed_at: datetime | None = None) -> Collection:
         """Read all GPUs once (NVML reports the present; `observed_at` is for interface parity)."""
+        with self._lock:
+            return self._collect()
+
+    def utilization(self) -> list[UtilReading]:
+        """Each GPU's utilization and used memory, for the live stream: a cheap read, no
+        processes; a GPU that cannot be read is left out, and nothing when NVML is down."""
+        with self._lock:
+            nvml = self._nvml
+            if nvml is None or not self._initialized:
+                return []
+            found: list[UtilReading] = []
+            try:
+                for index in range(int(nvml.nvmlDeviceGetCount())):
+                    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                    util = nvml.nvmlDeviceGetUtilizationRates(handle)
+                    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                    found.append(
+                        UtilReading(
+                            _text(nvml.nvmlDeviceGetUUID(handle)),
+                            int(util.gpu),
+                            int(memory.used) // MIB,
+                        )
+                    )
+            except (nvml.NVMLError, AttributeError) as exc:
+                log.debug("live stream: NVML read failed: %s", exc)
+            return found
+
+    def _collect(self) -> Collection:
         nvml = self._nvml
         if nvml is None:
             self._warn_once("import", "pynvml (nvidia-ml-py) is not importable")
@@ -103,7 +136,7 @@ class NvmlCollector:
             count = int(nvml.nvmlDeviceGetCount())
         except nvml.NVMLError as exc:
             log.warning("NVML could not count GPUs (%s); will re-initialise next tick", exc)
-            self.close()
+            self._shutdown()
             return Collection.failed(ERROR_GPU_ENUMERATION_FAILED)
 
         errors: list[str] = []
@@ -120,6 +153,10 @@ class NvmlCollector:
 
     def close(self) -> None:
         """Shut NVML down (safe to call more than once)."""
+        with self._lock:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
         if self._initialized and self._nvml is not None:
             try:
                 self._nvml.nvmlShutdown()
