@@ -49,7 +49,7 @@ _CLAIMED = """
     FROM notice_deliveries d
     JOIN notice_events e ON e.id = d.event_id
     LEFT JOIN notice_channels c ON c.workspace_id = d.workspace_id AND c.id = d.channel_id
-    WHERE (d.workspace_id, d.id) = ANY(%s)
+    WHERE d.id = ANY(%s)  -- identity values: unique across workspaces
 """
 
 
@@ -73,7 +73,7 @@ class Claimed:
 async def claim(conn: psycopg.AsyncConnection[Any], limit: int, lease: float) -> list[Claimed]:
     """Take up to `limit` due deliveries (the connection is in autocommit)."""
     cur = await conn.execute(_CLAIM, {"lease": lease, "limit": limit})
-    keys = [(ws, id_) for ws, id_, _ in await cur.fetchall()]
+    keys = [id_ for _, id_, _ in await cur.fetchall()]
     if not keys:
         return []
     cur = await conn.execute(_CLAIMED, [keys])

@@ -412,6 +412,9 @@ async def test_member_and_token_answers_keep_their_shape(app: Any, client: Any) 
         "retentionDays",
         "maxGpusPerHost",
         "maxReservationDays",
+        "idleHeldNoticeMinutes",
+        "reservationIdleNoticeMinutes",
+        "digestHour",
     ]
     shown = IssuedApiToken(
         api_token=issued["apiToken"], token_prefix="p", workspace="acme", role="admin"

@@ -127,6 +127,9 @@ async def test_settings_validation(app, client) -> None:
         "retentionDays": 400,
         "maxGpusPerHost": 64,
         "maxReservationDays": 14,
+        "idleHeldNoticeMinutes": 30,
+        "reservationIdleNoticeMinutes": 30,
+        "digestHour": None,
     }
 
 

@@ -1,0 +1,151 @@
+"""Real receivers started by the tests: an HTTP server that checks Standard Webhooks
+signatures, and an SMTP server (aiosmtpd)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from standardwebhooks import Webhook, WebhookVerificationError
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    verified: bool
+    answered: int | None = None
+
+    @property
+    def event_id(self) -> str:
+        return self.headers.get("webhook-id", "")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class HttpReceiver:
+    """Answers POSTs with the statuses in `script` (then 200), after `hold` seconds if set.
+
+    Every request is recorded, with whether its signature verified (when `secret` is set).
+    """
+
+    port: int = 0
+    secret: str | None = None
+    script: list[int] = field(default_factory=list)
+    headers_out: dict[str, str] = field(default_factory=dict)
+    hold: Callable[[Received], float] | None = None
+    received: list[Received] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    server: ThreadingHTTPServer | None = None
+
+    def start(self) -> HttpReceiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                verified = False
+                if receiver.secret:
+                    try:
+                        Webhook(receiver.secret).verify(body, headers)
+                        verified = True
+                    except WebhookVerificationError:
+                        verified = False
+                seen = Received(headers, body, verified)
+                receiver.received.append(seen)
+                if receiver.hold is not None:
+                    pause = receiver.hold(seen)
+                    if pause and receiver.release.wait(pause):
+                        return  # released at teardown: no answer at all
+                status = receiver.script.pop(0) if receiver.script else 200
+                self.send_response(status)
+                for name, value in receiver.headers_out.items():
+                    self.send_header(name, value)
+                answer = b'{"ok": true}' if status < 300 else b"not now"
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+                seen.answered = status
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def stop(self) -> None:
+        self.release.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def delivered(self) -> list[Received]:
+        return [r for r in self.received if r.answered is not None and r.answered < 300]
+
+
+class _Mailbox:
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], Message]] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+        self.messages.append((list(envelope.rcpt_tos), message_from_bytes(envelope.content)))
+        return "250 OK"
+
+
+class SmtpReceiver:
+    def __init__(self) -> None:
+        self.mailbox = _Mailbox()
+        self.controller = Controller(self.mailbox, hostname="127.0.0.1", port=free_port())
+
+    def start(self) -> SmtpReceiver:
+        self.controller.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"smtp://127.0.0.1:{self.controller.port}"
+
+    @property
+    def messages(self) -> list[tuple[list[str], Message]]:
+        return self.mailbox.messages
+
+    def stop(self) -> None:
+        self.controller.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], what: str, seconds: float = 60.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.1)

@@ -1,0 +1,165 @@
+"""Episodes: opened once the condition has held for the threshold, told once, closed only
+after the condition stayed away (hysteresis); a restart and a second board process find
+the open episode instead of telling it again; a snoozed GPU is not told."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import timedelta
+from typing import Any
+
+from board.app import create_app
+from tests.board.builders import enroll, make_tenant
+from tests.notices.helpers import (
+    MINUTE,
+    add_channel,
+    at,
+    deliver_until,
+    events,
+    link_alice,
+    notices_of,
+    series,
+    start_of_run,
+)
+from tests.notices.receivers import HttpReceiver, SmtpReceiver
+
+S = timedelta(seconds=1)
+
+
+async def test_one_notice_per_episode_through_flicker(
+    app, client, hook: HttpReceiver, smtp: SmtpReceiver
+) -> None:
+    acme = await make_tenant(app, "acme")
+    agent = (await enroll(client, acme, "node-a"))["agentToken"]
+    await link_alice(client, acme)
+    channel = await add_channel(client, acme, kind="webhook", url=hook.url)
+    hook.secret = channel["secret"]
+    detect = notices_of(app).detect_once
+    t0 = start_of_run()
+
+    last = await series(client, agent, t0, 30, "idle_held")  # t0 .. t0+29m
+    assert (await detect(last + 10 * S))["acme"].opened == []  # 29 min: under the threshold
+    await at(client, agent, t0 + 30 * MINUTE, "idle_held")
+    assert (await detect(t0 + 30 * MINUTE + 10 * S))["acme"].opened == ["gpu.idle_held"]
+    assert (await detect(t0 + 30 * MINUTE + 40 * S))["acme"].opened == []
+
+    # A flicker: active for one minute, idle-held again; still the same episode.
+    await at(client, agent, t0 + 31 * MINUTE, "active")
+    await detect(t0 + 31 * MINUTE + 5 * S)
+    await at(client, agent, t0 + 32 * MINUTE, "idle_held")
+    await detect(t0 + 32 * MINUTE + 5 * S)
+    await at(client, agent, t0 + 33 * MINUTE, "active")
+    await detect(t0 + 33 * MINUTE + 5 * S)
+    await at(client, agent, t0 + 34 * MINUTE, "idle_held")
+    result = await detect(t0 + 34 * MINUTE + 5 * S)
+    assert result["acme"].opened == result["acme"].closed == []
+
+    # Active for good: the end is told once it stayed away for two minutes.
+    for minute in (35, 36, 37):
+        await at(client, agent, t0 + minute * MINUTE, "active")
+        closed = (await detect(t0 + minute * MINUTE + 10 * S))["acme"].closed
+        assert closed == ([] if minute < 37 else ["gpu.idle_held.resolved"])
+    assert [e[1] for e in await events(app)] == ["gpu.idle_held", "gpu.idle_held.resolved"]
+
+    async def all_sent() -> bool:
+        return len(hook.delivered()) == 2 and len(smtp.messages) == 2
+
+    await deliver_until(app, all_sent, "both notices to the webhook and to alice's member")
+    stored = {str(e[0]): e[1] for e in await events(app)}
+    # The webhook-id is the event id; both sent at once, in either order.
+    by_type = {stored[r.event_id]: r for r in hook.delivered()}
+    opened, ended = by_type["gpu.idle_held"], by_type["gpu.idle_held.resolved"]
+    assert opened.verified
+    assert ended.verified
+    assert ended.json()["data"]["endedAt"]
+    body = opened.json()
+    assert body["type"] == "gpu.idle_held"
+    assert set(body) == {"type", "timestamp", "data"}
+    data = body["data"]
+    assert data["workspace"]["slug"] == "acme"
+    assert data["host"]["displayName"] == "node-a"
+    assert data["gpu"]["uuid"] == "GPU-0"
+    assert data["linuxUsers"] == ["alice"]
+    assert data["memberEmails"] == ["member@acme.example"]
+    assert data["since"].startswith(t0.isoformat()[:16])
+    recipients = [rcpt for rcpt, _ in smtp.messages]
+    assert recipients == [["member@acme.example"], ["member@acme.example"]]
+    assert "idle-held" in smtp.messages[0][1]["Subject"]
+
+
+async def test_restart_and_a_second_process_never_tell_twice(
+    app, client, settings, hook: HttpReceiver
+) -> None:
+    acme = await make_tenant(app, "acme")
+    agent = (await enroll(client, acme, "node-a"))["agentToken"]
+    await add_channel(client, acme, kind="webhook", url=hook.url)
+    t0 = start_of_run()
+    last = await series(client, agent, t0, 32, "idle_held")
+
+    # Two board processes (two apps, each its own engine and pools) look at once, twice.
+    other = create_app(settings, run_maintenance=False)
+    async with other.router.lifespan_context(other):
+        both = [notices_of(app).detect_once(last), notices_of(other).detect_once(last)]
+        await asyncio.gather(*both)
+        await asyncio.gather(*both[:0], notices_of(other).detect_once(last + 20 * S))
+    assert [e[1] for e in await events(app)] == ["gpu.idle_held"]
+
+    # A "restarted" board (a new app on the same database) resumes the open episode.
+    again = create_app(settings, run_maintenance=False)
+    async with again.router.lifespan_context(again):
+        await notices_of(again).detect_once(last + 40 * S)
+        for minute in (32, 33, 34, 35):
+            await at(client, agent, t0 + minute * MINUTE, "active")
+            await notices_of(again).detect_once(t0 + minute * MINUTE + 10 * S)
+    assert [e[1] for e in await events(app)] == ["gpu.idle_held", "gpu.idle_held.resolved"]
+    open_rows = await _open_episodes(app)
+    assert open_rows == 0
+
+
+async def _open_episodes(app: Any) -> int:
+    from tests.board.db import scalar
+
+    return int(await scalar(app, "SELECT count(*) FROM notice_episodes WHERE closed_at IS NULL"))
+
+
+async def test_snooze_link_silences_the_gpu(app, client, smtp: SmtpReceiver) -> None:
+    acme = await make_tenant(app, "acme")
+    agent = (await enroll(client, acme, "node-a"))["agentToken"]
+    await link_alice(client, acme)
+    t0 = start_of_run()
+    last = await series(client, agent, t0, 31, "idle_held")
+    await notices_of(app).detect_once(last + 5 * S)
+
+    async def mailed() -> bool:
+        return len(smtp.messages) == 1
+
+    await deliver_until(app, mailed, "the idle-held mail")
+    text = smtp.messages[0][1].get_payload(decode=True).decode()
+    link = re.search(r"http://board\.test(/notices/snooze\?token=\S+)", text)
+    assert link, text
+    page = await client.get(link.group(1))
+    assert page.status_code == 200
+    assert "node-a" not in page.text and "alice" not in page.text and "GPU-0" not in page.text
+    token = link.group(1).split("token=")[1]
+    done = await client.post("/notices/snooze", data={"token": token, "hours": "24"})
+    assert done.status_code == 200
+    assert 'id="snoozed"' in done.text
+
+    forged = await client.post("/notices/snooze", data={"token": token[:-2] + "xx", "hours": "4"})
+    assert forged.status_code == 404
+    odd = await client.post("/notices/snooze", data={"token": token, "hours": "5"})
+    assert odd.status_code == 422
+
+    # The episode ends (it was told, so its end is told), then a new one starts: silent.
+    for minute in (31, 32, 33, 34):
+        await at(client, agent, t0 + minute * MINUTE, "active")
+        await notices_of(app).detect_once(t0 + minute * MINUTE + 10 * S)
+    restart = t0 + 35 * MINUTE
+    last = await series(client, agent, restart, 32, "idle_held")
+    result = await notices_of(app).detect_once(last + 5 * S)
+    assert result["acme"].opened == []
+    assert [e[1] for e in await events(app)] == ["gpu.idle_held", "gpu.idle_held.resolved"]
+    from tests.board.db import scalar
+
+    assert await scalar(app, "SELECT count(*) FROM notice_episodes WHERE NOT notified") == 1
