@@ -28,6 +28,7 @@ from board.maintenance import maintenance_loop
 from board.metrics.exposition import mark_process_dead
 from board.metrics.http import ReportTimingMiddleware
 from board.metrics.routes import router as metrics_router
+from board.money.routes import router as money_router
 from board.notices.routes import router as notices_router
 from board.reports.routes import router as reports_router
 from board.reservations.routes import router as reservations_router
@@ -132,6 +133,7 @@ def create_app(
     app.include_router(reports_router)
     app.include_router(reservations_router)
     app.include_router(directory_router)
+    app.include_router(money_router)
     app.include_router(audit_router)
     app.include_router(notices_router)
     app.include_router(metrics_router)

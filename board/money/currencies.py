@@ -20,3 +20,12 @@ MINOR_UNITS: dict[str, int] = {
     **dict.fromkeys("CLP ISK JPY KRW UGX VND XAF XOF".split(), 0),
     **dict.fromkeys("BHD IQD JOD KWD LYD OMR TND".split(), 3),
 }
+
+
+def check_currency(code: str) -> str:
+    if code not in MINOR_UNITS:
+        raise Unprocessable(
+            f"currency {code[:12]!r} is not an ISO 4217 code the board knows; use an upper-case "
+            "code such as EUR, USD, GBP, CHF or JPY."
+        )
+    return code

@@ -17,7 +17,7 @@ from functools import cached_property
 from board.errors import Unprocessable
 
 MAX_WINDOW_DAYS = 400
-USAGE_KEYS = ("user", "host", "gpu", "day")
+USAGE_KEYS = ("user", "team", "host", "gpu", "day")
 UTILIZATION_GROUPS = ("host", "gpu")
 BUCKETS = ("hour", "day")
 FORMATS = ("json", "csv")
@@ -169,7 +169,7 @@ def require_whole_hour_days(window: Window) -> None:
 def parse_usage_group(value: str | None) -> tuple[str, ...]:
     raw = "user" if value is None or value.strip() == "" else value
     keys = tuple(part.strip() for part in raw.split(","))
-    expected = "user, host, gpu, day, or two of them joined by a comma (e.g. user,day)"
+    expected = "user, team, host, gpu, day, or two of them joined by a comma (e.g. team,user)"
     for key in keys:
         if key not in USAGE_KEYS:
             raise Unprocessable(f"groupBy {key!r} is unknown; use {expected}.")

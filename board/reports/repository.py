@@ -17,6 +17,7 @@ import psycopg
 # The SQL behind each grouping column; `day` is the local date a bucket starts on.
 _EXPRESSIONS = {
     "linux_user": "linux_user",
+    "team": "team",
     "host_id": "host_id",
     "gpu_id": "gpu_id",
     "day": "(t AT TIME ZONE %(tz)s)::date",
@@ -50,6 +51,25 @@ GPU_SOURCE = """
      JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
        ON hour_start >= rg.lo AND hour_start < rg.hi
      WHERE workspace_id = %(ws)s) AS r
+"""
+
+
+# USER_SOURCE with the Linux user's team (the directory as it is now), the GPU's model and
+# each row's exact cost numerators, held and idle-held: µs × the price per GPU-hour in
+# force at the row's start for that model, else for "*" (board/reports/cost.py rounds
+# them; docs/money.md).
+COSTED_USER_SOURCE = f"""
+    (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
+            d.team, g.name AS gpu_model,
+            r.held_us * coalesce(pm.per_gpu_hour, ps.per_gpu_hour) AS cost_n,
+            r.idle_held_us * coalesce(pm.per_gpu_hour, ps.per_gpu_hour) AS idle_cost_n
+     FROM {USER_SOURCE}
+     LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = r.linux_user
+     LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id
+     LEFT JOIN price_ranges pm ON pm.workspace_id = %(ws)s AND pm.gpu_model = g.name
+          AND r.t >= pm.starts_at AND r.t < pm.ends_at
+     LEFT JOIN price_ranges ps ON ps.workspace_id = %(ws)s AND ps.gpu_model = '*'
+          AND r.t >= ps.starts_at AND r.t < ps.ends_at) AS r
 """
 
 
@@ -106,13 +126,21 @@ async def prepare(conn: psycopg.AsyncConnection[Any]) -> None:
 async def dirty_days(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, d0: datetime, d1: datetime
 ) -> tuple[datetime, ...]:
-    """Days in [d0, d1) whose hours changed since their day rows were computed."""
+    """Days in [d0, d1) whose hours changed since their day rows were computed, and days
+    a price starts inside (not at UTC midnight): their day rows span two prices."""
     if d0 >= d1:
         return ()
     cur = await conn.execute(
-        "SELECT day_start FROM rollup_dirty_days "
-        "WHERE workspace_id = %s AND day_start >= %s AND day_start < %s ORDER BY 1",
-        [workspace_id, d0, d1],
+        """
+        SELECT day_start FROM rollup_dirty_days
+        WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
+        UNION
+        SELECT date_trunc('day', starts_at, 'UTC') FROM prices
+        WHERE workspace_id = %(ws)s AND starts_at >= %(d0)s AND starts_at < %(d1)s
+          AND starts_at <> date_trunc('day', starts_at, 'UTC')
+        ORDER BY 1
+        """,
+        {"ws": workspace_id, "d0": d0, "d1": d1},
     )
     return tuple(r[0] for r in await cur.fetchall())
 
@@ -126,13 +154,15 @@ def select_columns(columns: Sequence[str]) -> tuple[str, str]:
 async def held_by(
     conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
 ) -> list[tuple[Any, ...]]:
-    """(key columns..., held_us, active_us, idle_held_us) from the per-user rollups."""
+    """(key columns..., held_us, active_us, idle_held_us, cost numerator) from the
+    per-user rollups."""
     select, group = select_columns(columns)
     cur = await conn.execute(
         f"""
         SELECT {select},
-               sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint
-        FROM {USER_SOURCE}
+               sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
+               sum(cost_n)
+        FROM {COSTED_USER_SOURCE}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,

@@ -26,6 +26,9 @@ class UsageTotals(ReadModel):
     idle_held_gpu_hours: float
     # null when nothing was held.
     idle_held_share: float | None
+    # The rows' exact costs summed, then rounded (null while no currency is set).
+    cost: float | None = None
+    currency: str | None = None
 
 
 class UsageHead(ReadModel):
@@ -56,6 +59,8 @@ class UsageRow(_DocumentedRow):
     """One row: the key fields of its groupBy (only those), then its GPU-hours."""
 
     user: str | None = None
+    # groupBy=team: the directory's team of the Linux users, null for those without one.
+    team: str | None = None
     host_id: str | None = None
     display_name: str | None = None
     gpu_uuid: str | None = None
@@ -68,6 +73,10 @@ class UsageRow(_DocumentedRow):
     idle_held_share: float | None
     # Not with groupBy=user: a Linux user holds GPUs, covered time belongs to the GPU.
     covered_gpu_hours: float | None = None
+    # Held GPU-hours × the price in force per hour and GPU model, rounded to the
+    # currency's minor unit (half to even); null while the workspace has no currency.
+    cost: float | None
+    currency: str | None
 
 
 class UsageReportOut(UsageHead):

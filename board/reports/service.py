@@ -19,6 +19,7 @@ import psycopg
 
 from board.errors import Unprocessable
 from board.reports import repository as repo
+from board.reports.cost import amount, exact, workspace_currency
 from board.reports.params import HOUR, Window, require_whole_hour_days
 from board.reports.schemas import (
     ReportCoverage,
@@ -31,17 +32,21 @@ from board.rollups.crediting import HOUR_US
 # Key fields each grouping puts on a row, and the SQL columns they come from.
 KEY_FIELDS = {
     "user": ("user",),
+    "team": ("team",),
     "host": ("hostId", "displayName"),
     "gpu": ("hostId", "displayName", "gpuUuid", "gpuIndex", "gpuName"),
     "day": ("day",),
 }
 KEY_COLUMNS = {
     "user": ("linux_user",),
+    "team": ("team",),
     "host": ("host_id",),
     "gpu": ("host_id", "gpu_id"),
     "day": ("day",),
 }
 USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
+# Last on every usage row (after coveredGpuHours where there is one): board/reports/cost.py.
+COST_FIGURES = ("cost", "currency")
 UTILIZATION_FIGURES = (
     "bucketStart",
     "coveredHours",
@@ -197,6 +202,8 @@ def _key_builder(
         out: dict[str, Any] = {}
         if "linux_user" in position:
             out["user"] = key[position["linux_user"]]
+        if "team" in position:
+            out["team"] = key[position["team"]]
         if "host_id" in position:
             out["hostId"], out["displayName"] = names.host(key[position["host_id"]])
         if "gpu_id" in position:
@@ -212,6 +219,10 @@ def _key_builder(
         for k in keys:
             if k == "user":
                 parts.append(row[field_at["user"]])
+            elif k == "team":
+                # Users without a team last (SQL: NULLS LAST).
+                team = row[field_at["team"]]
+                parts += [team is None, team or ""]
             elif k == "day":
                 parts.append(row[field_at["day"]])
             else:
@@ -234,15 +245,17 @@ async def usage_report(
         require_whole_hour_days(window)
     scope = await usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
     columns = unique([c for k in keys for c in KEY_COLUMNS[k]])
-    with_covered = "user" not in keys
+    with_covered = not {"user", "team"} & set(keys)
+    currency = await workspace_currency(conn, workspace_id)
+    # held, active, idle-held µs, covered µs, exact cost numerator.
     figures: dict[tuple[Any, ...], list[int]] = {}
     with zone_known_to_database(window):
         for found in await repo.held_by(conn, scope, columns):
-            figures[found[:-3]] = [*found[-3:], 0]
+            figures[found[:-4]] = [*found[-4:-1], 0, exact(found[-1])]
         if with_covered:
             # GPUs nobody held still show, with their covered time: not silently missing.
             for found in await repo.covered_by(conn, scope, columns):
-                figures.setdefault(found[:-1], [0, 0, 0, 0])[3] = found[-1]
+                figures.setdefault(found[:-1], [0, 0, 0, 0, 0])[3] = found[-1]
         coverage = await report_coverage(conn, scope, window)
 
     host_ids = {k[columns.index("host_id")] for k in figures} if "host_id" in columns else set()
@@ -251,9 +264,11 @@ async def usage_report(
     values, order = _key_builder(keys, columns, names)
 
     ordered: list[tuple[Any, ...]] = []
-    for key, (held, active, idle_held, covered) in figures.items():
+    for key, (held, active, idle_held, covered, cost) in figures.items():
         row = values(key) + (hours(held), hours(active), hours(idle_held), ratio(idle_held, held))
-        ordered.append(row + (hours(covered),) if with_covered else row)
+        if with_covered:
+            row += (hours(covered),)
+        ordered.append(row + (amount(cost, currency), currency.code if currency else None))
     ordered.sort(key=order)
 
     held_total = sum(f[0] for f in figures.values())
@@ -263,10 +278,14 @@ async def usage_report(
         active_gpu_hours=hours(sum(f[1] for f in figures.values())),
         idle_held_gpu_hours=hours(idle_total),
         idle_held_share=ratio(idle_total, held_total),
+        cost=amount(sum(f[4] for f in figures.values()), currency),
+        currency=currency.code if currency else None,
     )
     head = usage_head(window, keys)
     key_fields = unique([f for k in keys for f in KEY_FIELDS[k]])
-    columns = key_fields + USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ())
+    columns = (
+        key_fields + USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ()) + COST_FIGURES
+    )
     rows = [dict(zip(columns, row, strict=True)) for row in ordered]
     return UsageReport(head, columns, rows, totals, coverage)
 

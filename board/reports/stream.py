@@ -26,6 +26,7 @@ import psycopg
 
 from board.reports import repository as repo
 from board.reports import service
+from board.reports.cost import amount, exact, workspace_currency
 from board.reports.csv import LINE_END, _cell, csv_cells
 from board.reports.params import Window, require_whole_hour_days
 from board.reports.rendered import (
@@ -188,13 +189,13 @@ async def prepare_utilization(
 _USAGE_SQL = """
     WITH held AS (
         SELECT {select}, sum(held_us)::bigint AS held, sum(active_us)::bigint AS active,
-               sum(idle_held_us)::bigint AS idle_held
+               sum(idle_held_us)::bigint AS idle_held, sum(cost_n) AS cost_n
         FROM {user_source}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
     ){covered_cte}
     SELECT {columns}, coalesce(held, 0), coalesce(active, 0), coalesce(idle_held, 0),
-           {covered}
+           {covered}, cost_n
     FROM held {covered_join}
     {order_joins}
     ORDER BY {order}
@@ -216,6 +217,8 @@ def _usage_sql(keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bo
     for key in keys:
         if key == "user":
             order.append('linux_user COLLATE "C"')
+        elif key == "team":
+            order.append('team COLLATE "C" NULLS LAST')
         elif key == "day":
             order.append("day")
         else:
@@ -229,7 +232,7 @@ def _usage_sql(keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bo
     return _USAGE_SQL.format(
         select=select,
         group=group,
-        user_source=repo.USER_SOURCE,
+        user_source=repo.COSTED_USER_SOURCE,
         covered_cte=_COVERED_CTE.format(select=select, gpu_source=repo.GPU_SOURCE, group=group)
         if with_covered
         else "",
@@ -253,7 +256,9 @@ async def prepare_usage(
         require_whole_hour_days(window)
     scope = await service.usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
     columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
-    with_covered = "user" not in keys
+    with_covered = not {"user", "team"} & set(keys)
+    currency = await workspace_currency(conn, workspace_id)
+    code = currency.code if currency else None
     values = scope.params()
     names: dict[str, dict[int, dict[str, Any]]] = {}
     for key in ("host", "gpu"):
@@ -263,13 +268,20 @@ async def prepare_usage(
             values[f"{key}_ids"] = [key_id for key_id, _ in ordered]
             values[f"{key}_ords"] = list(range(len(ordered)))
     fields = service.unique([f for k in keys for f in service.KEY_FIELDS[k]])
-    out_columns = fields + service.USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ())
+    out_columns = (
+        fields
+        + service.USAGE_FIGURES
+        + (("coveredGpuHours",) if with_covered else ())
+        + service.COST_FIGURES
+    )
     position = {c: i for i, c in enumerate(columns)}
 
     def key_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
         found: dict[str, Any] = {}
         if "linux_user" in position:
             found["user"] = row[position["linux_user"]]
+        if "team" in position:
+            found["team"] = row[position["team"]]
         for key, column in (("host", "host_id"), ("gpu", "gpu_id")):
             if key in names:
                 found.update(names[key].get(row[position[column]]) or DELETED[key])
@@ -286,7 +298,7 @@ async def prepare_usage(
 
     async def chunks() -> Chunks:
         nonlocal rows
-        held_total = active_total = idle_total = 0
+        held_total = active_total = idle_total = cost_total = 0
         yield (
             orjson.dumps(head.model_dump())[:-1] + b',"rows":['
             if fmt == "json"
@@ -297,11 +309,13 @@ async def prepare_usage(
             while rows:
                 built = []
                 for row in rows:
-                    held, active, idle_held, covered = row[len(columns) :]
+                    held, active, idle_held, covered, cost_n = row[len(columns) :]
+                    cost = exact(cost_n)
+                    cost_total += cost
                     held_total += held
                     active_total += active
                     idle_total += idle_held
-                    figures: tuple[float | None, ...] = (
+                    figures: tuple[float | str | None, ...] = (
                         service.hours(held),
                         service.hours(active),
                         service.hours(idle_held),
@@ -309,6 +323,7 @@ async def prepare_usage(
                     )
                     if with_covered:
                         figures += (service.hours(covered),)
+                    figures += (amount(cost, currency), code)
                     built.append(key_values(row) + figures)
                 if fmt == "json":
                     body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])
@@ -329,6 +344,8 @@ async def prepare_usage(
                 active_gpu_hours=service.hours(active_total),
                 idle_held_gpu_hours=service.hours(idle_total),
                 idle_held_share=service.ratio(idle_total, held_total),
+                cost=amount(cost_total, currency),
+                currency=code,
             )
             coverage = await service.report_coverage(conn, scope, window)
             yield (

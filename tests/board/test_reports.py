@@ -104,6 +104,9 @@ async def test_usage_by_user_bills_shared_gpu_half_each(app, client) -> None:
         "activeGpuHours": 0.5,
         "idleHeldGpuHours": 1.5,
         "idleHeldShare": 0.75,
+        # No prices set: no cost (docs/money.md).
+        "cost": None,
+        "currency": None,
     }
     coverage = body["coverage"]
     assert coverage["coveredGpuHours"] == 4.0  # 2 h on each GPU; the 1.5 h gap is not covered
@@ -229,8 +232,10 @@ async def test_csv_has_the_same_rows(app, client) -> None:
     assert r.headers["content-type"].startswith("text/csv")
     assert "attachment" in r.headers["content-disposition"]
     lines = r.text.splitlines()
-    assert lines[0] == "user,day,heldGpuHours,activeGpuHours,idleHeldGpuHours,idleHeldShare"
-    assert lines[1] == f"alice,{_day(-1)},0.250000,0.000000,0.250000,1.000000"
+    assert lines[0] == (
+        "user,day,heldGpuHours,activeGpuHours,idleHeldGpuHours,idleHeldShare,cost,currency"
+    )
+    assert lines[1] == f"alice,{_day(-1)},0.250000,0.000000,0.250000,1.000000,,"
     assert len(lines) == 5
 
     util = await client.get(

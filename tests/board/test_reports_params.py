@@ -35,7 +35,7 @@ OK = {"from": "2026-11-01", "to": "2026-11-02"}
         ("usage", {"from": "2025-01-01", "to": "2026-03-01"}, "at most 400 days"),
         ("usage", {"to": "2026-11-01"}, "from is required"),
         ("usage", {"from": "2026-11-01"}, "to is required"),
-        ("usage", {**OK, "groupBy": "team"}, "groupBy 'team' is unknown"),
+        ("usage", {**OK, "groupBy": "project"}, "groupBy 'project' is unknown"),
         ("usage", {**OK, "groupBy": "user,user"}, "names a key twice"),
         ("usage", {**OK, "groupBy": "user,host,day"}, "at most two keys"),
         ("usage", {**OK, "tz": "Mars/Olympus_Mons"}, "not an IANA time zone"),

@@ -19,7 +19,14 @@ from tests.board.test_reports_builders import (
 
 USAGE_KEYS = ["from", "to", "groupBy", "tz", "rows", "totals", "coverage"]
 UTILIZATION_KEYS = ["from", "to", "groupBy", "bucket", "tz", "rows", "coverage"]
-TOTALS_KEYS = ["heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare"]
+TOTALS_KEYS = [
+    "heldGpuHours",
+    "activeGpuHours",
+    "idleHeldGpuHours",
+    "idleHeldShare",
+    "cost",
+    "currency",
+]
 COVERAGE_KEYS = ["earliestDataAt", "latestDataAt", "coveredGpuHours"]
 ZONE = "America/New_York"
 
@@ -66,7 +73,7 @@ async def test_usage_envelope_keys_and_times(app: Any, client: httpx.AsyncClient
     assert _local(body["to"]).date().isoformat() == query["to"]
     assert _local(body["coverage"]["earliestDataAt"]) < _local(body["coverage"]["latestDataAt"])
     assert [list(row) for row in body["rows"]] == [
-        ["hostId", "displayName", *TOTALS_KEYS, "coveredGpuHours"]
+        ["hostId", "displayName", *TOTALS_KEYS[:4], "coveredGpuHours", "cost", "currency"]
     ]
 
     csv = await client.get(url, params={**query, "format": "csv"}, headers=tenant.auth())

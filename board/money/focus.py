@@ -1,0 +1,214 @@
+"""The FOCUS 1.2 export: a day's held GPU-hours per team, Linux user and GPU model.
+
+FOCUS (the FinOps Open Cost and Usage Specification) is what FinOps tools import. Every
+column version 1.2 marks Mandatory is filled (docs/money.md lists where each value comes
+from); custom columns carry the `x_` prefix the specification asks for. The costs are
+the board's own chargeback figures: there is no invoice behind them, so ListCost,
+EffectiveCost, BilledCost and ContractedCost are the same number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from board.errors import Conflict
+from board.reports import repository as repo
+from board.reports import service as reports
+from board.reports.cost import Currency, amount_text, exact, workspace_currency
+from board.reports.csv import LINE_END, csv_cells
+from board.reports.params import Window, require_whole_hour_days
+
+# FOCUS 1.2's Mandatory columns (each marked "Feature level: Mandatory" in the
+# specification's column pages), with their data types.
+MANDATORY: dict[str, str] = {
+    "BilledCost": "Decimal",
+    "BillingAccountId": "String",
+    "BillingAccountName": "String",
+    "BillingCurrency": "String",
+    "BillingPeriodEnd": "DateTime",
+    "BillingPeriodStart": "DateTime",
+    "ChargeCategory": "String",
+    "ChargeClass": "String",
+    "ChargeDescription": "String",
+    "ChargePeriodEnd": "DateTime",
+    "ChargePeriodStart": "DateTime",
+    "ContractedCost": "Decimal",
+    "EffectiveCost": "Decimal",
+    "InvoiceIssuerName": "String",
+    "ListCost": "Decimal",
+    "PricingQuantity": "Decimal",
+    "PricingUnit": "String",
+    "ProviderName": "String",
+    "PublisherName": "String",
+    "ServiceCategory": "String",
+    "ServiceName": "String",
+}
+# Conditional or recommended columns the board can fill honestly.
+OPTIONAL: dict[str, str] = {
+    "BillingAccountType": "String",
+    "ChargeFrequency": "String",
+    "ConsumedQuantity": "Decimal",
+    "ConsumedUnit": "String",
+    "PricingCategory": "String",
+    "ServiceSubcategory": "String",
+}
+CUSTOM: dict[str, str] = {
+    "x_Team": "String",
+    "x_LinuxUser": "String",
+    "x_HostName": "String",
+    "x_GpuModel": "String",
+    "x_ActiveGpuHours": "Decimal",
+    "x_IdleHeldGpuHours": "Decimal",
+}
+COLUMNS: tuple[str, ...] = (*MANDATORY, *OPTIONAL, *CUSTOM)
+
+UNIT = "GPU-Hours"
+SERVICE_NAME = "GPU compute"
+FETCH_ROWS = 2_000
+
+_ROWS_SQL = f"""
+    SELECT (r.t AT TIME ZONE %(tz)s)::date AS day, r.team, r.linux_user, r.gpu_model,
+           sum(r.held_us)::bigint, sum(r.active_us)::bigint, sum(r.idle_held_us)::bigint,
+           sum(r.cost_n),
+           string_agg(DISTINCT coalesce(h.display_name, '(deleted host)'), '; '
+                      ORDER BY coalesce(h.display_name, '(deleted host)'))
+    FROM {repo.COSTED_USER_SOURCE}
+    LEFT JOIN hosts h ON h.workspace_id = %(ws)s AND h.id = r.host_id
+    GROUP BY 1, 2, 3, 4
+    HAVING sum(r.held_us) <> 0
+    ORDER BY 1, 2 COLLATE "C" NULLS LAST, 3 COLLATE "C", 4 COLLATE "C" NULLS LAST
+"""
+
+
+@dataclass(frozen=True)
+class Account:
+    """Who the export is about: the workspace (FOCUS's billing account and provider)."""
+
+    slug: str
+    name: str
+
+
+def utc_text(moment: datetime) -> str:
+    """FOCUS DateTime: ISO 8601 in UTC with a Z."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def hours_text(us: int) -> str:
+    return f"{reports.hours(us):.6f}"
+
+
+class _Periods:
+    """Day and month bounds of the window's zone, as FOCUS DateTime text, cached."""
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self.days: dict[date, tuple[str, str]] = {}
+        self.months: dict[tuple[int, int], tuple[str, str]] = {}
+
+    def day(self, day: date) -> tuple[str, str]:
+        if day not in self.days:
+            start = self.window.day_start(day)
+            end = self.window.day_start(day + timedelta(days=1))
+            self.days[day] = (utc_text(start), utc_text(end))
+        return self.days[day]
+
+    def month(self, day: date) -> tuple[str, str]:
+        key = (day.year, day.month)
+        if key not in self.months:
+            first = day.replace(day=1)
+            following = (first + timedelta(days=32)).replace(day=1)
+            self.months[key] = (
+                utc_text(self.window.day_start(first)),
+                utc_text(self.window.day_start(following)),
+            )
+        return self.months[key]
+
+
+def focus_row(
+    account: Account,
+    currency: Currency,
+    periods: _Periods,
+    found: tuple[Any, ...],
+) -> tuple[object, ...]:
+    """One FOCUS row in COLUMNS order from (day, team, user, model, held, active,
+    idle-held, cost numerator, hosts)."""
+    day, team, user, model, held, active, idle_held, cost_n, hosts = found
+    cost = amount_text(exact(cost_n), currency)
+    quantity = hours_text(held)
+    day_start, day_end = periods.day(day)
+    month_start, month_end = periods.month(day)
+    model_name = model if model is not None else "an unknown GPU model"
+    description = f"GPU-hours held on {model_name}, priced per GPU-hour"
+    return (
+        cost,  # BilledCost
+        account.slug,  # BillingAccountId
+        account.name,  # BillingAccountName
+        currency.code,  # BillingCurrency
+        month_end,  # BillingPeriodEnd
+        month_start,  # BillingPeriodStart
+        "Usage",  # ChargeCategory
+        None,  # ChargeClass: no row corrects an earlier period
+        description,  # ChargeDescription
+        day_end,  # ChargePeriodEnd
+        day_start,  # ChargePeriodStart
+        cost,  # ContractedCost
+        cost,  # EffectiveCost
+        account.name,  # InvoiceIssuerName
+        cost,  # ListCost
+        quantity,  # PricingQuantity
+        UNIT,  # PricingUnit
+        account.name,  # ProviderName
+        account.name,  # PublisherName
+        "Compute",  # ServiceCategory
+        SERVICE_NAME,  # ServiceName
+        "Workspace",  # BillingAccountType
+        "Usage-Based",  # ChargeFrequency
+        quantity,  # ConsumedQuantity
+        UNIT,  # ConsumedUnit
+        "Standard",  # PricingCategory
+        "Other (Compute)",  # ServiceSubcategory
+        team,  # x_Team
+        user,  # x_LinuxUser
+        hosts,  # x_HostName
+        model,  # x_GpuModel
+        hours_text(active),  # x_ActiveGpuHours
+        hours_text(idle_held),  # x_IdleHeldGpuHours
+    )
+
+
+async def prepare_focus(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, account: Account, window: Window
+) -> AsyncIterator[bytes]:
+    """The FOCUS CSV as chunks; the first query runs before any byte is sent, so a bad
+    zone or a workspace without prices is a clean 4xx."""
+    require_whole_hour_days(window)
+    currency = await workspace_currency(conn, workspace_id)
+    if currency is None:
+        raise Conflict(
+            "This workspace has no currency and prices yet; an admin sets them with "
+            "PUT /api/v1/workspaces/{slug}/prices before costs can be exported."
+        )
+    scope = await reports.usage_scope(conn, workspace_id, window, day_keyed=True)
+    periods = _Periods(window)
+    cur = conn.cursor(name="focus_rows")
+    with reports.zone_known_to_database(window):
+        await cur.execute(_ROWS_SQL, scope.params())
+        rows = await cur.fetchmany(FETCH_ROWS)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal rows
+        yield (csv_cells(COLUMNS) + LINE_END).encode()
+        try:
+            while rows:
+                lines = [csv_cells(focus_row(account, currency, periods, r)) for r in rows]
+                yield (LINE_END.join(lines) + LINE_END).encode()
+                rows = await cur.fetchmany(FETCH_ROWS)
+        finally:
+            await cur.close()
+
+    return chunks()

@@ -1,0 +1,78 @@
+"""Cost in reports: held GPU-hours × the price in force for that hour and GPU model.
+
+Prices and the currency are money's (board/money: tables `prices`, `workspace_currencies`
+and the view `price_ranges`); reports only join them, here, so that every report that
+shows a cost computes it the same way, in SQL over the rollups:
+
+- each rollup row (repository.COSTED_USER_SOURCE: an hour, or a whole UTC day no price
+  changes in) is joined to its GPU's model (`gpus.name`) and to the price range of that
+  model in force at the row's start, else the range of `*` (any other model); an hour
+  with no price in force costs nothing;
+- the Linux user's team comes from the directory as it is now (docs/money.md);
+- a row's cost is kept exact (GPU-microseconds × price) until the end and rounded once,
+  per report row, to the currency's minor unit, half to even; a total is the exact sum
+  rounded once, so rows add up to it within one minor unit per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+
+HOUR_US = 3_600_000_000
+# Prices carry 6 decimals, so a numerator × 10^6 is an integer: rounding stays exact.
+PRICE_DIGITS = 6
+
+
+@dataclass(frozen=True)
+class Currency:
+    code: str
+    minor_units: int
+
+
+async def workspace_currency(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int
+) -> Currency | None:
+    """The workspace's currency, or None while it has set no prices."""
+    cur = await conn.execute(
+        "SELECT currency, minor_units FROM workspace_currencies WHERE workspace_id = %s",
+        [workspace_id],
+    )
+    row = await cur.fetchone()
+    return Currency(row[0], int(row[1])) if row else None
+
+
+def exact(numerator: Decimal | int | None) -> int:
+    """A cost numerator from SQL (µs × price, up to 6 decimals) as an exact integer."""
+    if numerator is None:
+        return 0
+    return int(Decimal(numerator).scaleb(PRICE_DIGITS))
+
+
+def minor_amount(numerator: int, minor_units: int) -> int:
+    """exact() / HOUR_US in minor units (cents), rounded half to even, in integers."""
+    divisor = HOUR_US * 10**PRICE_DIGITS // 10**minor_units
+    quotient, remainder = divmod(numerator, divisor)
+    if 2 * remainder > divisor or (2 * remainder == divisor and quotient % 2):
+        quotient += 1
+    return int(quotient)
+
+
+def amount(numerator: int, currency: Currency | None) -> float | None:
+    """A report's `cost`: the exact numerator rounded to the currency's minor unit, or
+    None while the workspace has no currency (no prices set)."""
+    if currency is None:
+        return None
+    return float(minor_amount(numerator, currency.minor_units) / 10**currency.minor_units)
+
+
+def amount_text(numerator: int, currency: Currency) -> str:
+    """The rounded cost with exactly its minor digits ("12.30"): CSV files and pages."""
+    cents = minor_amount(numerator, currency.minor_units)
+    if currency.minor_units == 0:
+        return str(cents)
+    whole, fraction = divmod(cents, 10**currency.minor_units)
+    return f"{whole}.{fraction:0{currency.minor_units}d}"

@@ -1,0 +1,383 @@
+"""Money: prices per GPU model (the past never rewritten), cost in the usage report, teams.
+
+Figures are hand-computed in tests/board/money_builders.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from board.db.urls import libpq_url
+from board.reports.cost import Currency, amount, amount_text, minor_amount
+from board.rollups.daily import refresh_day_rollups
+from tests.board.money_builders import A100, H100, build_fleet, prices_body, set_team
+from tests.board.test_reports_builders import quick_tenant, report
+
+
+def _prices(slug: str) -> str:
+    return f"/api/v1/workspaces/{slug}/prices"
+
+
+def _by(rows: list[dict[str, Any]], *keys: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {tuple(r[k] for k in keys): r for r in rows}
+
+
+async def test_cost_per_user_and_team_hand_computed(app, client, database_url) -> None:
+    tenant = await quick_tenant(app, "money")
+    day = await build_fleet(client, tenant)
+    window = {"from": day.date().isoformat(), "to": (day + timedelta(days=2)).date().isoformat()}
+
+    by_user = await report(client, tenant, "usage", groupBy="user", tz="UTC", **window)
+    rows = _by(by_user["rows"], "user")
+    assert rows[("alice",)]["heldGpuHours"] == 3.0
+    assert rows[("alice",)]["cost"] == 8.0
+    assert rows[("bob",)]["idleHeldGpuHours"] == 3.0
+    assert rows[("bob",)]["cost"] == 3.0
+    assert {r["currency"] for r in by_user["rows"]} == {"EUR"}
+    assert by_user["totals"]["cost"] == 11.0
+    assert by_user["totals"]["currency"] == "EUR"
+
+    # Nobody has a team yet: one row that says so (team null).
+    by_team = await report(client, tenant, "usage", groupBy="team", tz="UTC", **window)
+    assert [(r["team"], r["cost"]) for r in by_team["rows"]] == [(None, 11.0)]
+
+    await set_team(client, tenant, "alice", "vision")
+    await set_team(client, tenant, "bob", "nlp")
+    by_team = await report(client, tenant, "usage", groupBy="team", tz="UTC", **window)
+    assert [(r["team"], r["heldGpuHours"], r["cost"]) for r in by_team["rows"]] == [
+        ("nlp", 3.0, 3.0),
+        ("vision", 3.0, 8.0),
+    ]
+    assert "coveredGpuHours" not in by_team["rows"][0]
+
+    # The price changes at Lagos midnight, 23:00 UTC: the UTC day D has 1 h at 2.00 and
+    # 1 h at 3.00, the next day 1 h at 3.00.
+    team_day = await report(client, tenant, "usage", groupBy="team,day", tz="UTC", **window)
+    got = {(r["team"], r["day"]): r["cost"] for r in team_day["rows"]}
+    d0, d1 = day.date().isoformat(), (day + timedelta(days=1)).date().isoformat()
+    assert got == {("nlp", d0): 2.0, ("nlp", d1): 1.0, ("vision", d0): 5.0, ("vision", d1): 3.0}
+
+    # Once the days' day rows are computed (the maintenance schedule), the day the price
+    # changes inside is still read from its hours: the same costs.
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(database_url), autocommit=True
+    ) as conn:
+        await refresh_day_rollups(conn)
+    again = await report(client, tenant, "usage", groupBy="team,day", tz="UTC", **window)
+    assert {(r["team"], r["day"]): r["cost"] for r in again["rows"]} == got
+    whole = await report(client, tenant, "usage", groupBy="team", tz="UTC", **window)
+    assert [(r["team"], r["cost"]) for r in whole["rows"]] == [("nlp", 3.0), ("vision", 8.0)]
+
+    # A user moving teams: the directory's team as it is now holds for the whole window
+    # (docs/money.md), so bob's past hours move with him.
+    await set_team(client, tenant, "bob", "vision")
+    moved = await report(client, tenant, "usage", groupBy="team,user", tz="UTC", **window)
+    assert [(r["team"], r["user"], r["cost"]) for r in moved["rows"]] == [
+        ("vision", "alice", 8.0),
+        ("vision", "bob", 3.0),
+    ]
+    # GPU models: per GPU, the GPU's own name decides the price.
+    by_gpu = await report(client, tenant, "usage", groupBy="gpu", tz="UTC", **window)
+    assert {r["gpuName"]: r["cost"] for r in by_gpu["rows"]} == {A100: 8.0, H100: 3.0}
+
+
+async def test_csv_carries_team_and_cost(app, client) -> None:
+    tenant = await quick_tenant(app, "money")
+    day = await build_fleet(client, tenant)
+    await set_team(client, tenant, "alice", '=HYPERLINK("http://evil.example")')
+    r = await client.get(
+        f"/api/v1/workspaces/{tenant.slug}/reports/usage",
+        params={
+            "from": day.date().isoformat(),
+            "to": (day + timedelta(days=2)).date().isoformat(),
+            "groupBy": "team,user",
+            "tz": "UTC",
+            "format": "csv",
+        },
+        headers=tenant.auth("finance"),
+    )
+    assert r.status_code == 200, r.text
+    lines = list(csv.reader(io.StringIO(r.text)))
+    assert lines[0] == [
+        "team",
+        "user",
+        "heldGpuHours",
+        "activeGpuHours",
+        "idleHeldGpuHours",
+        "idleHeldShare",
+        "cost",
+        "currency",
+    ]
+    # The team a spreadsheet would run as a formula is shown as text.
+    assert lines[1][0] == '\'=HYPERLINK("http://evil.example")'
+    assert lines[1][1:] == [
+        "alice",
+        "3.000000",
+        "3.000000",
+        "0.000000",
+        "0.000000",
+        "8.000000",
+        "EUR",
+    ]
+    assert lines[2] == [
+        "",
+        "bob",
+        "3.000000",
+        "0.000000",
+        "3.000000",
+        "1.000000",
+        "3.000000",
+        "EUR",
+    ]
+
+
+async def test_no_prices_means_no_cost(app, client) -> None:
+    tenant = await quick_tenant(app, "money")
+    today = datetime.now(UTC).date()
+    body = await report(
+        client,
+        tenant,
+        "usage",
+        groupBy="team",
+        **{"from": today.isoformat(), "to": (today + timedelta(days=1)).isoformat()},
+    )
+    assert body["rows"] == []
+    assert body["totals"]["cost"] is None
+    assert body["totals"]["currency"] is None
+
+
+def test_rounding_is_half_even_per_row_and_once_for_totals() -> None:
+    eur = Currency("EUR", 2)
+    unit = 3_600_000_000 * 10**6  # one currency unit as an exact numerator
+    assert minor_amount(unit * 125 // 1000, 2) == 12  # 0.125 → 0.12
+    assert minor_amount(unit * 135 // 1000, 2) == 14  # 0.135 → 0.14
+    assert minor_amount(unit * 1251 // 10000, 2) == 13  # 0.1251 → 0.13
+    assert amount(unit * 5 // 10, Currency("JPY", 0)) == 0.0  # 0.5 → 0
+    assert amount_text(unit * 15 // 10, Currency("JPY", 0)) == "2"  # 1.5 → 2
+    assert amount_text(unit * 12345 // 10000, Currency("KWD", 3)) == "1.234"
+    assert amount_text(unit * 3, eur) == "3.00"
+    # Three rows of 0.125 each: rows say 0.12, the total is 0.375 → 0.38, within one
+    # minor unit per row of their sum.
+    rows = [unit * 125 // 1000] * 3
+    assert sum(minor_amount(n, 2) for n in rows) == 36
+    assert minor_amount(sum(rows), 2) == 38
+
+
+async def test_price_history_is_never_rewritten(app, client) -> None:
+    tenant = await quick_tenant(app, "money")
+    today = datetime.now(UTC).date()  # the workspace is in UTC
+    past = (today - timedelta(days=30)).isoformat()
+    tomorrow = (today + timedelta(days=1)).isoformat()
+    later = (today + timedelta(days=9)).isoformat()
+    first = {
+        "currency": "EUR",
+        "prices": [
+            {"gpuModel": "*", "perGpuHour": 1.5, "from": past},
+            {"gpuModel": A100, "perGpuHour": 2, "from": later},
+        ],
+    }
+    # Until a price is in force, anything goes: back-dated for last quarter's reports.
+    r = await client.put(_prices(tenant.slug), json=first, headers=tenant.auth())
+    assert r.status_code == 200, r.text
+    shown = r.json()
+    assert shown["currency"] == "EUR"
+    assert shown["minorUnits"] == 2
+    assert [
+        (p["gpuModel"], p["perGpuHour"], p["from"], p["until"], p["fixed"]) for p in shown["prices"]
+    ] == [
+        ("*", 1.5, past, None, True),
+        (A100, 2.0, later, None, False),
+    ]
+    refused: list[tuple[dict[str, Any], str]] = [
+        # Changing a price in force.
+        (
+            {"currency": "EUR", "prices": [{"gpuModel": "*", "perGpuHour": 1.4, "from": past}]},
+            "cannot change",
+        ),
+        # Adding one that starts today or earlier.
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": H100, "perGpuHour": 9, "from": today.isoformat()}],
+            },
+            "never rewritten",
+        ),
+        # Another currency while prices are in force.
+        ({"currency": "USD", "prices": []}, "cannot change"),
+    ]
+    for body, words in refused:
+        r = await client.put(_prices(tenant.slug), json=body, headers=tenant.auth())
+        assert r.status_code == 409, r.text
+        assert words in r.json()["detail"]
+    assert (await client.get(_prices(tenant.slug), headers=tenant.auth())).json() == shown
+
+    # The future is replaced; the past is kept whether it is sent again or not.
+    r = await client.put(
+        _prices(tenant.slug),
+        json={
+            "currency": "EUR",
+            "prices": [{"gpuModel": A100, "perGpuHour": 2.5, "from": tomorrow}],
+        },
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    assert [(p["gpuModel"], p["perGpuHour"], p["from"]) for p in r.json()["prices"]] == [
+        ("*", 1.5, past),
+        (A100, 2.5, tomorrow),
+    ]
+    r = await client.put(
+        _prices(tenant.slug),
+        json={
+            "currency": "EUR",
+            "prices": [
+                {"gpuModel": "*", "perGpuHour": "1.500000", "from": past},
+                {"gpuModel": "*", "perGpuHour": 1.75, "from": later},
+            ],
+        },
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    assert [(p["gpuModel"], p["from"], p["until"]) for p in r.json()["prices"]] == [
+        ("*", past, later),
+        ("*", later, None),
+    ]
+    # Every change is in the audit log.
+    audit = await client.get(f"/api/v1/workspaces/{tenant.slug}/audit-log", headers=tenant.auth())
+    if audit.status_code == 200:
+        assert sum(1 for e in audit.json()["events"] if e["action"] == "prices.put") == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"currency": "eur", "prices": []}, 422),
+        ({"currency": "XYZ", "prices": []}, 422),
+        ({"currency": "EUR" * 10, "prices": []}, 422),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": -1, "from": "2026-01-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": "0.0000001", "from": "2026-01-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": "NaN", "from": "2026-01-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": 1e9, "from": "2026-01-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "", "perGpuHour": 1, "from": "2026-01-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "x" * 101, "perGpuHour": 1, "from": "2026-01-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "a\u0000b", "perGpuHour": 1, "from": "2026-01-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": 1, "from": "2026-13-01"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": 1, "from": "1999-12-31"}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": 1, "from": "2026-01-01", "x": 1}],
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [{"gpuModel": "*", "perGpuHour": 1, "from": "2026-01-01"}] * 2,
+            },
+            422,
+        ),
+        (
+            {
+                "currency": "EUR",
+                "prices": [
+                    {"gpuModel": f"m{i}", "perGpuHour": 1, "from": "2026-01-01"} for i in range(501)
+                ],
+            },
+            422,
+        ),
+        ({"currency": "EUR"}, 422),
+        ([], 422),
+    ],
+)
+async def test_bad_prices_are_refused(app, client, body: Any, status: int) -> None:
+    tenant = await quick_tenant(app, "money")
+    r = await client.put(_prices(tenant.slug), json=body, headers=tenant.auth())
+    assert r.status_code == status, r.text
+    assert isinstance(r.json()["detail"], str)
+    shown = (await client.get(_prices(tenant.slug), headers=tenant.auth())).json()
+    assert shown["currency"] is None
+    assert shown["prices"] == []
+
+
+async def test_roles_and_tenants(app, client) -> None:
+    tenant = await quick_tenant(app, "money")
+    other = await quick_tenant(app, "money")
+    body = prices_body(datetime.now(UTC).date())
+    for role in ("member", "finance"):
+        r = await client.put(_prices(tenant.slug), json=body, headers=tenant.auth(role))
+        assert r.status_code == 403, r.text
+    for role in ("admin", "member", "finance"):
+        r = await client.get(_prices(tenant.slug), headers=tenant.auth(role))
+        assert r.status_code == 200, r.text
+    # Another workspace's prices and exports are not found, whatever the role.
+    for role in ("admin", "member", "finance"):
+        assert (await client.get(_prices(tenant.slug), headers=other.auth(role))).status_code == 404
+        r = await client.put(_prices(tenant.slug), json=body, headers=other.auth(role))
+        assert r.status_code == 404
+        r = await client.get(
+            f"/api/v1/workspaces/{tenant.slug}/reports/focus",
+            params={"from": "2026-11-01", "to": "2026-11-02"},
+            headers=other.auth(role),
+        )
+        assert r.status_code == 404
+    assert (await client.get(_prices(tenant.slug))).status_code == 401
