@@ -140,7 +140,9 @@ async def test_snooze_link_silences_the_gpu(app, client, smtp: SmtpReceiver) -> 
     assert link, text
     page = await client.get(link.group(1))
     assert page.status_code == 200
-    assert "node-a" not in page.text and "alice" not in page.text and "GPU-0" not in page.text
+    assert "node-a" not in page.text
+    assert "alice" not in page.text
+    assert "GPU-0" not in page.text
     token = link.group(1).split("token=")[1]
     done = await client.post("/notices/snooze", data={"token": token, "hours": "24"})
     assert done.status_code == 200
