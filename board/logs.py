@@ -93,6 +93,13 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, logger, message, request_id, extras, exc."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Python's warnings are written to stderr past logging, as plain text; built in
+        # every process that applies the config (uvicorn's workers do), this routes them
+        # through logging (logger py.warnings) so that every line stays JSON.
+        logging.captureWarnings(True)
+
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
