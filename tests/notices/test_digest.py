@@ -1,0 +1,92 @@
+"""The daily digest: yesterday's figures are the reports' own for that day, unhealthy
+hosts and the longest idle-held GPUs now; queued once per workspace and day."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tests.board.builders import enroll, make_tenant
+from tests.board.reservation_builders import book_at
+from tests.notices.helpers import (
+    MINUTE,
+    at,
+    deliver_until,
+    events,
+    link_alice,
+    notices_of,
+)
+from tests.notices.receivers import SmtpReceiver
+
+
+async def test_digest_equals_the_reports_and_is_sent_once(app, client, smtp: SmtpReceiver) -> None:
+    acme = await make_tenant(app, "acme")
+    host = await enroll(client, acme, "node-a")
+    agent = host["agentToken"]
+    await link_alice(client, acme)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    yesterday = today - timedelta(days=1)
+
+    # 10:00-10:45 idle-held by alice; 12:00-12:40 booked by the member, nothing running.
+    for minute in range(46):
+        await at(client, agent, yesterday + timedelta(hours=10) + minute * MINUTE, "idle_held")
+    booked = yesterday + timedelta(hours=12)
+    await book_at(
+        app,
+        acme,
+        booked - timedelta(hours=1),
+        hostId=host["hostId"],
+        start=booked.isoformat(),
+        end=(booked + 40 * MINUTE).isoformat(),
+    )
+    for minute in range(41):
+        await at(client, agent, booked + minute * MINUTE, "idle")
+
+    settings_url = "/api/v1/workspaces/acme/settings"
+    r = await client.patch(settings_url, json={"digestHour": 0}, headers=acme.auth())
+    assert r.status_code == 200, r.text
+    await notices_of(app).detect_once(today + 20 * MINUTE)
+    await notices_of(app).detect_once(today + 40 * MINUTE)
+    (digest,) = await events(app, "digest.daily")
+    data = digest[2]["data"]
+    assert data["day"] == yesterday.date().isoformat()
+
+    window = {"from": yesterday.date().isoformat(), "to": today.date().isoformat()}
+    usage = await client.get(
+        "/api/v1/workspaces/acme/reports/usage",
+        params={**window, "groupBy": "user"},
+        headers=acme.auth(),
+    )
+    assert usage.status_code == 200, usage.text
+    expected = [
+        {"user": row["user"], "idleHeldGpuHours": row["idleHeldGpuHours"]}
+        for row in usage.json()["rows"]
+        if row["idleHeldGpuHours"] > 0
+    ]
+    assert expected  # alice's 45 minutes
+    assert data["idleHeldByUser"] == expected
+    assert data["idleHeldGpuHours"] == usage.json()["totals"]["idleHeldGpuHours"]
+
+    booked_report = await client.get(
+        "/api/v1/workspaces/acme/reports/reservations",
+        params={**window, "groupBy": "member"},
+        headers=acme.auth(),
+    )
+    assert booked_report.status_code == 200, booked_report.text
+    expected_idle = [
+        {"memberEmail": row["memberEmail"], "reservedIdleGpuHours": row["reservedIdleGpuHours"]}
+        for row in booked_report.json()["rows"]
+        if row["reservedIdleGpuHours"] > 0
+    ]
+    assert expected_idle
+    assert data["reservedIdleByMember"] == expected_idle
+    assert data["reservedIdleGpuHours"] == booked_report.json()["totals"]["reservedIdleGpuHours"]
+    # The host has been silent since yesterday: it is listed as stale.
+    assert [h["displayName"] for h in data["unhealthyHosts"]] == ["node-a"]
+
+    async def mailed() -> bool:
+        return any(rcpt == ["admin@acme.example"] for rcpt, _ in smtp.messages)
+
+    await deliver_until(app, mailed, "the digest mailed to the admin")
+    mail = next(m for rcpt, m in smtp.messages if rcpt == ["admin@acme.example"])
+    assert "daily digest" in mail["Subject"]
+    assert "alice" in mail.get_payload(decode=True).decode()
