@@ -81,7 +81,8 @@ _ROWS_SQL = f"""
     LEFT JOIN hosts h ON h.workspace_id = %(ws)s AND h.id = r.host_id
     GROUP BY 1, 2, 3, 4
     HAVING sum(r.held_us) <> 0
-    ORDER BY 1, 2 COLLATE "C" NULLS LAST, 3 COLLATE "C", 4 COLLATE "C" NULLS LAST
+    ORDER BY day, r.team COLLATE "C" NULLS LAST, r.linux_user COLLATE "C",
+             r.gpu_model COLLATE "C" NULLS LAST
 """
 
 

@@ -11,6 +11,7 @@ from board.web import (
     audit_routes,
     auth_routes,
     fleet_routes,
+    money_routes,
     notices_routes,
     sso_routes,
     usage_routes,
@@ -29,4 +30,5 @@ def install_web(app: FastAPI) -> None:
     app.include_router(audit_routes.router)
     app.include_router(notices_routes.router)
     app.include_router(notices_routes.snooze_router)
+    app.include_router(money_routes.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

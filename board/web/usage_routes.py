@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.errors import DomainError
+from board.money.currencies import MINOR_UNITS
 from board.reports import params, service
 from board.reports.csv import render_csv
 from board.web.charts import stacked_bars
@@ -19,7 +20,7 @@ from board.web.render import PageRoute, finish, render
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
-GROUPS = {"user": "User", "host": "Host", "gpu": "GPU", "day": "Day"}
+GROUPS = {"user": "User", "team": "Team", "host": "Host", "gpu": "GPU", "day": "Day"}
 DEFAULT_DAYS = 7
 
 
@@ -69,6 +70,8 @@ def _label(row: dict[str, Any], keys: list[str]) -> str:
     for key in keys:
         if key == "user":
             parts.append(str(row["user"]))
+        elif key == "team":
+            parts.append("No team" if row["team"] is None else str(row["team"]))
         elif key == "host":
             parts.append(str(row["displayName"]))
         elif key == "gpu":
@@ -116,6 +119,8 @@ async def usage_page(
         "labels": [],
         "bars": [],
         "csv_url": f"/w/{page.slug}/usage.csv?{urlencode(query)}",
+        # Digits of the currency's minor unit, for the cost column.
+        "cost_digits": 2,
         "api_url": f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv",
     }
     try:
@@ -128,6 +133,7 @@ async def usage_page(
     labels = [_label(r, keys) for r in report.rows]
     context.update(
         report=report,
+        cost_digits=MINOR_UNITS.get(report.totals.currency or "", 2),
         labels=labels,
         bars=stacked_bars(
             [
