@@ -165,3 +165,39 @@ async def test_snooze_link_silences_the_gpu(app, client, smtp: SmtpReceiver) -> 
     from tests.board.db import scalar
 
     assert await scalar(app, "SELECT count(*) FROM notice_episodes WHERE NOT notified") == 1
+
+
+async def test_idle_booking_and_silent_host(app, client) -> None:
+    from tests.board.reservation_builders import book_at
+
+    acme = await make_tenant(app, "acme")
+    host = await enroll(client, acme, "node-a")
+    agent = host["agentToken"]
+    await link_alice(client, acme)
+    t0 = start_of_run()
+    await at(client, agent, t0 - MINUTE, "idle")  # the host's GPUs are known before booking
+    await book_at(
+        app,
+        acme,
+        t0 - MINUTE,
+        hostId=host["hostId"],
+        start=t0.isoformat(),
+        end=(t0 + 60 * MINUTE).isoformat(),
+    )
+    last = await series(client, agent, t0, 31, "idle")
+    result = await notices_of(app).detect_once(last + 5 * S)
+    assert result["acme"].opened == ["reservation.idle"]
+    (event,) = await events(app, "reservation.idle")
+    data = event[2]["data"]
+    assert data["memberEmails"] == ["member@acme.example"]
+    assert data["reservation"]["memberEmail"] == "member@acme.example"
+
+    # The host falls silent: host.stale at once, its end two minutes after it is back.
+    silent = last + 10 * MINUTE
+    assert (await notices_of(app).detect_once(silent))["acme"].opened == ["host.stale"]
+    back = silent + MINUTE
+    await at(client, agent, back, "active")
+    await notices_of(app).detect_once(back + 5 * S)
+    await at(client, agent, back + 2 * MINUTE, "active")
+    closed = (await notices_of(app).detect_once(back + 2 * MINUTE + 10 * S))["acme"].closed
+    assert sorted(closed) == ["host.stale.resolved", "reservation.idle.resolved"]
