@@ -21,7 +21,6 @@ from board.reports import service as reports
 from board.reports.params import parse_window, parse_zone
 from board.runtime import RuntimeDep
 from board.stream.sse import sse_response
-from board.web.charts import percent_chart
 from board.web.deps import MemberPageDep, Page, PageDep
 from board.web.fleet import (
     CARD_STATES,
@@ -34,12 +33,13 @@ from board.web.fleet import (
     host_cards,
     people,
 )
+from board.web.host_charts import DEFAULT_RANGE, host_history
 from board.web.render import PageRoute, finish, render, static_url, templates
+from board.web.reservation_routes import host_reservations
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
 REFRESH_SECONDS = 5
-CHART_HOURS = 24
 
 
 def _filters(state: str, host: str) -> tuple[str, str]:
@@ -229,31 +229,6 @@ async def _host_context(page: Page, db: SessionDep, row: Host) -> dict[str, Any]
     return {"page": page, "host": host, "view": host_cards(host), "now": datetime.now(UTC)}
 
 
-async def _history(db: SessionDep, page: Page, host_key: int) -> dict[str, Any]:
-    """Hourly utilization and memory of this host's GPUs, from the utilization report
-    narrowed to the host (not the whole fleet's report, filtered)."""
-    now = datetime.now(UTC)
-    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    start = end - timedelta(hours=CHART_HOURS)
-    window = parse_window(start.isoformat(), end.isoformat(), page.ctx.workspace.timezone)
-    report = await reports.utilization_report(
-        await report_connection(db), page.ctx.workspace_id, window, "gpu", "hour", host_key
-    )
-    util: dict[str, list[tuple[datetime, float | None]]] = {}
-    memory: dict[str, list[tuple[datetime, float | None]]] = {}
-    for r in sorted(report.rows, key=lambda r: (r["gpuIndex"] or 0, r["bucketStart"])):
-        label = f"GPU {r['gpuIndex']}"
-        at = datetime.fromisoformat(r["bucketStart"])
-        util.setdefault(label, []).append((at, r["avgUtilPct"]))
-        memory.setdefault(label, []).append((at, r["avgMemoryUsedPct"]))
-    local_start, local_end = window.local(window.start), window.local(window.end)
-    return {
-        "util_chart": percent_chart("Utilization", local_start, local_end, util),
-        "memory_chart": percent_chart("Memory used", local_start, local_end, memory),
-        "tz": window.tz_name,
-    }
-
-
 # Declared before /hosts/{host_id}, which would otherwise take "….json" as an id.
 @router.get("/hosts/{host_id}.json")
 async def host_json(request: Request, host_id: str, page: PageDep, db: SessionDep) -> Response:
@@ -278,11 +253,33 @@ async def host_json(request: Request, host_id: str, page: PageDep, db: SessionDe
 
 
 @router.get("/hosts/{host_id}")
-async def host_page(request: Request, host_id: str, page: PageDep, db: SessionDep) -> Response:
+async def host_page(
+    request: Request,
+    host_id: str,
+    page: PageDep,
+    db: SessionDep,
+    chart: Annotated[str, Query(alias="range", max_length=8)] = DEFAULT_RANGE,
+) -> Response:
+    """The host now, its live chart, and its history over ?range= (6h, 24h, 7d, 30d)."""
     row = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
     context = await _host_context(page, db, row)
-    context.update(await _history(db, page, row.id))
-    context.update(nav="fleet", refresh_seconds=REFRESH_SECONDS, chart_hours=CHART_HOURS)
+    context.update(
+        await host_history(
+            db,
+            page.ctx.workspace_id,
+            page.ctx.workspace.timezone,
+            row.id,
+            chart,
+            [c.index for c in context["view"].cards],
+        )
+    )
+    css = context["series_css"]
+    context["live_gpus"] = [
+        {"uuid": c.uuid, "label": f"GPU {c.index}", "css": css.get(f"GPU {c.index}", "")}
+        for c in context["view"].cards
+    ]
+    context.update(await host_reservations(db, page, host_id))
+    context.update(nav="fleet", refresh_seconds=REFRESH_SECONDS)
     return render(request, "host.html", context)
 
 

@@ -124,7 +124,26 @@
     const root = section.closest("[data-live]");
     const target = section.querySelector("[data-live-target]");
     if (!root || !target) return;
-    const series = new Map(); // GPU label -> [{t, util}]
+    // Lines are keyed by GPU UUID, whichever source a point comes from. (Keyed by a
+    // label, the stream's kept history, which arrives before the first snapshot names
+    // the GPUs, used to draw each GPU twice: once by UUID, once as "GPU n".)
+    const known = new Map(); // uuid -> {label, css}, from the page, as the history charts
+    try {
+      JSON.parse(section.dataset.gpus || "[]").forEach(function (gpu) {
+        known.set(gpu.uuid, { label: gpu.label, css: gpu.css });
+      });
+    } catch (err) {
+      // No names: lines are labelled by UUID.
+    }
+    const series = new Map(); // uuid -> [{t, util}]
+
+    function nameOf(uuid) {
+      const found = known.get(uuid);
+      if (found) return found;
+      const extra = { label: uuid, css: "series-" + (known.size % 16) };
+      known.set(uuid, extra);
+      return extra;
+    }
 
     function draw() {
       const width = 600, height = 120, pad = 4;
@@ -141,11 +160,14 @@
       const span = Math.max(1, t1 - t0);
       const legend = document.createElement("ul");
       legend.className = "chart-legend";
-      let n = 0;
-      series.forEach(function (points, label) {
-        const cls = "series-" + (n % 6);
+      // In the page's GPU order (by index), then any GPU the page did not know.
+      const order = Array.from(known.keys()).filter(function (u) { return series.has(u); });
+      order.forEach(function (uuid) {
+        const points = series.get(uuid);
+        const name = nameOf(uuid);
         const line = document.createElementNS(SVG, "polyline");
-        line.setAttribute("class", "line " + cls);
+        line.setAttribute("class", "line " + name.css);
+        line.setAttribute("data-series", uuid);
         line.setAttribute("fill", "none");
         line.setAttribute("stroke-width", "2");
         line.setAttribute("vector-effect", "non-scaling-stroke");
@@ -157,39 +179,39 @@
         svg.appendChild(line);
         const item = document.createElement("li");
         const swatch = document.createElement("span");
-        swatch.className = "swatch " + cls;
+        swatch.className = "swatch " + name.css;
         item.appendChild(swatch);
         const last = points[points.length - 1];
-        item.appendChild(document.createTextNode(label + ": " + last.util + " %"));
+        item.appendChild(document.createTextNode(name.label + ": " + last.util + " %"));
         legend.appendChild(item);
-        n += 1;
       });
       target.replaceChildren(svg, legend);
     }
 
-    const labels = new Map(); // GPU uuid -> "GPU <index>", from the snapshots
     let streaming = false;
 
-    function add(label, t, util) {
-      const points = series.get(label) || [];
+    function add(uuid, t, util) {
+      nameOf(uuid);
+      const points = series.get(uuid) || [];
+      if (points.length && points[points.length - 1].t >= t) return; // a repeat
       points.push({ t: t, util: util });
       while (points.length > KEEP) points.shift();
-      series.set(label, points);
+      series.set(uuid, points);
     }
 
     root.addEventListener("board:update", function (event) {
       const data = event.detail || {};
       const t = Date.parse(data.generatedAt || "") || Date.now();
       (data.gpus || []).forEach(function (gpu) {
-        labels.set(gpu.uuid, "GPU " + gpu.index);
+        if (!known.has(gpu.uuid)) known.set(gpu.uuid, { label: "GPU " + gpu.index, css: "series-" + (known.size % 16) });
         // Once the agent's 1-second stream arrives, the snapshots only name the GPUs.
         if (streaming || gpu.state === "not_observed" || gpu.utilPct === null) return;
-        add("GPU " + gpu.index, t, gpu.utilPct);
+        add(gpu.uuid, t, gpu.utilPct);
       });
       if (!streaming) draw();
     });
 
-    // Agents 1.6+ stream utilization every second; the board relays it as SSE.
+    // Agents 1.6+ (and ours) stream utilization every second; the board relays it as SSE.
     if (section.dataset.stream && window.EventSource) {
       const source = new EventSource(section.dataset.stream);
       source.addEventListener("util", function (event) {
@@ -201,7 +223,7 @@
           if (note) note.textContent = "(streamed by the agent, every second)";
         }
         (sample.gpus || []).forEach(function (gpu) {
-          add(labels.get(gpu.uuid) || gpu.uuid, sample.ts * 1000, gpu.utilPct);
+          add(gpu.uuid, sample.ts * 1000, gpu.utilPct);
         });
         draw();
       });
