@@ -539,10 +539,12 @@ def bench_board(url: str, args: argparse.Namespace, log_dir: Path) -> LoadResult
         t0 = time.monotonic()
         agents = run(enroll_hosts(server.base_url, admin_token, args.hosts))
         print(f"enrolled {len(agents)} hosts in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+        made = 0
         if args.bookings:
             made = run(book_every_host(server.base_url, admin_token, agents))
             print(f"booked all GPUs of {made} hosts for a day", file=sys.stderr)
         result = measure(server, agents, args, url)
+        result.accepted_total += made  # each booked host's first push is stored too
         # Before the board stops: a 202 must mean the rows are already committed.
         result.durable = count_rows(url)
         if server.proc.poll() is not None:

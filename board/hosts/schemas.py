@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Literal
 
 from board.readmodels import IsoTime, ReadModel
+from board.reservations.availability import Availability
+from board.reservations.schemas import ReservationOut
 
 Freshness = Literal["never", "ok", "partial", "error", "stale"]
 CollectionStatus = Literal["ok", "partial", "error"]
@@ -40,6 +42,9 @@ class _GpuFields(ReadModel):
     memory_total_mb: int | None
     temperature_c: int | None
     power_w: int | None
+    # accounting.md: the newest state against the booking in force now (and that booking).
+    availability: Availability = "not_observed"
+    reservation: ReservationOut | None = None
 
 
 class GpuOut(_GpuFields):

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth.deps import WorkspaceContext
+from board.db.connection import report_connection
 from board.errors import NotFound
 from board.hosts.freshness import freshness
 from board.hosts.latest import newest_gpus, state_since
@@ -17,6 +18,7 @@ from board.hosts.models import Host, HostRejection
 from board.hosts.revocation import REVOKE_CHANNEL, RevocationListener, revocation_payload
 from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut, RejectedPushOut
 from board.hosts.search import search_hosts, sort_hosts
+from board.reservations.availability import InForce, bookings_in_force, gpu_availability
 
 REJECTIONS_WINDOW = timedelta(hours=24)
 
@@ -28,23 +30,35 @@ def _shown_gpu(gpu: GpuOut, with_processes: bool) -> GpuOut | GpuProcessCountOut
     return GpuProcessCountOut(**fields, process_count=len(gpu.processes))
 
 
+def _with_availability(gpu: GpuOut, host_id: int, observed: bool, in_force: InForce) -> GpuOut:
+    processes = ((p.linux_user, p.type) for p in gpu.processes)
+    shown, booking = gpu_availability(
+        host_id, gpu.uuid, observed, gpu.usage_state, processes, in_force
+    )
+    return gpu.model_copy(update={"availability": shown, "reservation": booking})
+
+
 def _view(
     host: Host,
     ctx: WorkspaceContext,
     now: datetime,
     rejections: list[RejectedPushOut],
     gpus: list[GpuOut],
+    in_force: InForce,
 ) -> HostOut:
+    fresh = freshness(
+        host.latest_observed_at,
+        host.latest_collection_status,
+        now,
+        ctx.workspace.stale_after_seconds,
+    )
+    observed = fresh not in ("stale", "never")
+    gpus = [_with_availability(g, host.id, observed, in_force) for g in gpus]
     return HostOut(
         host_id=str(host.public_id),
         display_name=host.display_name,
         hostname=host.hostname,
-        freshness=freshness(
-            host.latest_observed_at,
-            host.latest_collection_status,
-            now,
-            ctx.workspace.stale_after_seconds,
-        ),
+        freshness=fresh,
         last_seen_at=host.latest_observed_at,
         last_received_at=host.latest_received_at,
         collection_status=host.latest_collection_status,
@@ -108,7 +122,11 @@ async def list_hosts(
     rejections = await _rejections(session, ctx.workspace_id, ids, now)
     since = state_since(h.latest_tick for h in hosts)
     gpus = await newest_gpus(session, ctx.workspace_id, ids, since)
-    views = [_view(h, ctx, now, rejections.get(h.id, []), gpus.get(h.id, [])) for h in hosts]
+    conn = await report_connection(session)
+    booked = await bookings_in_force(conn, ctx.workspace_id, ids, now)
+    views = [
+        _view(h, ctx, now, rejections.get(h.id, []), gpus.get(h.id, []), booked) for h in hosts
+    ]
     return sort_hosts(search_hosts(views, q), sort)
 
 
@@ -131,7 +149,9 @@ async def view_of(session: AsyncSession, ctx: WorkspaceContext, host: Host) -> H
     rejections = await _rejections(session, ctx.workspace_id, [host.id], now)
     since = state_since([host.latest_tick])
     gpus = await newest_gpus(session, ctx.workspace_id, [host.id], since)
-    return _view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []))
+    conn = await report_connection(session)
+    booked = await bookings_in_force(conn, ctx.workspace_id, [host.id], now)
+    return _view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []), booked)
 
 
 async def get_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> HostOut:

@@ -6,7 +6,7 @@ request, so the rule lives here only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -14,7 +14,7 @@ import psycopg
 
 from board.reservations.crediting import CONFLICT, USED, classify
 from board.reservations.schemas import ReservationOut
-from board.rollups.crediting import billed_users
+from board.rollups.crediting import billed_users, compute_holders
 
 Availability = Literal[
     "free", "in_use", "reserved_in_use", "reserved_idle", "reserved_conflict", "not_observed"
@@ -43,6 +43,26 @@ def availability(
     return "reserved_idle"
 
 
+InForce = dict[tuple[int, str], ReservationOut]  # (host id, GPU uuid) -> booking in force
+
+
+def gpu_availability(
+    host_id: int,
+    gpu_uuid: str,
+    observed: bool,
+    state: str | None,
+    processes: Iterable[tuple[str, str | None]],
+    in_force: InForce,
+) -> tuple[Availability, ReservationOut | None]:
+    """One GPU as the hosts API shows it: its availability and the booking in force.
+
+    `processes`: (Linux user, type) of the processes on it in its newest observation.
+    """
+    booking = in_force.get((host_id, gpu_uuid))
+    users = frozenset(booking.linux_users) if booking is not None else None
+    return availability(observed, state, compute_holders(processes), users), booking
+
+
 _IN_FORCE = """
     SELECT rg.host_id, g.uuid, r.public_id, h.public_id, u.email, r.linux_users,
            lower(r.during), upper(r.during), r.note
@@ -60,7 +80,7 @@ async def bookings_in_force(
     workspace_id: int,
     host_ids: Sequence[int],
     now: datetime | None = None,
-) -> dict[tuple[int, str], ReservationOut]:
+) -> InForce:
     """(host id, GPU uuid) -> the booking in force now, for the given hosts (one query).
 
     Each booking is shown with all of its GPUs that are among these hosts, as the API
@@ -71,7 +91,7 @@ async def bookings_in_force(
     by_reservation: dict[str, list[str]] = {}
     for _host, uuid, public, *_rest in rows:
         by_reservation.setdefault(str(public), []).append(str(uuid))
-    out: dict[tuple[int, str], ReservationOut] = {}
+    out: InForce = {}
     for host_id, uuid, public, host, email, users, start, end, note in rows:
         out[(int(host_id), str(uuid))] = ReservationOut(
             reservation_id=str(public),

@@ -10,9 +10,11 @@ from board.web import (
     admin_routes,
     audit_routes,
     auth_routes,
+    directory_routes,
     fleet_routes,
     money_routes,
     notices_routes,
+    reservation_routes,
     sso_routes,
     usage_routes,
 )
@@ -30,5 +32,7 @@ def install_web(app: FastAPI) -> None:
     app.include_router(audit_routes.router)
     app.include_router(notices_routes.router)
     app.include_router(notices_routes.snooze_router)
+    app.include_router(reservation_routes.router)
+    app.include_router(directory_routes.router)
     app.include_router(money_routes.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

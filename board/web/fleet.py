@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut
+from board.reservations.schemas import ReservationOut
 from board.rollups.crediting import billed_users, compute_holders
 
 CARD_STATES = ("active", "idle_held", "idle", "not_observed")
@@ -75,6 +76,9 @@ class Card:
     state_since: datetime | None = None
     # "3 h 10 min" in this state (rendered at the page's minute), "" when unknown.
     state_for: str = ""
+    # Against the booking in force now (board.reservations.availability), and that booking.
+    availability: str = "not_observed"
+    reservation: ReservationOut | None = None
 
     @property
     def memory_pct(self) -> float | None:
@@ -152,6 +156,8 @@ class Fleet:
                             c.process_count,
                             c.derived,
                             c.state_since.isoformat() if c.state_since else None,
+                            c.availability,
+                            c.reservation.model_dump_json() if c.reservation else None,
                         )
                         for c in h.cards
                     ],
@@ -203,6 +209,8 @@ def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut, now: datetime | Non
         host_name=host.display_name,
         state_since=since,
         state_for=duration(since, now) if now is not None else "",
+        availability=gpu.availability,
+        reservation=gpu.reservation,
     )
 
 

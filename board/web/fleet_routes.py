@@ -19,6 +19,7 @@ from board.hosts.models import Host
 from board.hosts.search import MAX_QUERY_CHARS, search_hosts
 from board.reports import service as reports
 from board.reports.params import parse_window, parse_zone
+from board.reservations.timeline import host_timeline
 from board.runtime import RuntimeDep
 from board.stream.sse import sse_response
 from board.web.deps import MemberPageDep, Page, PageDep
@@ -35,7 +36,6 @@ from board.web.fleet import (
 )
 from board.web.host_charts import DEFAULT_RANGE, host_history
 from board.web.render import PageRoute, finish, render, static_url, templates
-from board.web.reservation_routes import host_reservations
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
@@ -278,7 +278,9 @@ async def host_page(
         {"uuid": c.uuid, "label": f"GPU {c.index}", "css": css.get(f"GPU {c.index}", "")}
         for c in context["view"].cards
     ]
-    context.update(await host_reservations(db, page, host_id))
+    context["host_timeline"] = await host_timeline(
+        db, page.ctx.workspace_id, page.ctx.workspace.timezone, host_id
+    )
     context.update(nav="fleet", refresh_seconds=REFRESH_SECONDS)
     return render(request, "host.html", context)
 

@@ -1,0 +1,80 @@
+"""The directory page (admins): every Linux user the hosts reported, and who each one is.
+
+Each row links a Linux user to a member and a team; a Linux user not seen yet may be
+entered ahead. Plain forms: POST, then a redirect back.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Request, Response
+from pydantic import ValidationError
+
+from board.db.deps import SessionDep
+from board.directory import service as directory
+from board.directory.schemas import DirectoryEntryIn
+from board.errors import DomainError, Unprocessable
+from board.web.deps import AdminPageDep, CsrfDep, Page
+from board.web.render import PageRoute, redirect, render
+from board.workspaces import service as workspaces
+
+router = APIRouter(
+    prefix="/w/{slug}/admin/directory", route_class=PageRoute, include_in_schema=False
+)
+
+
+async def _page(
+    request: Request,
+    page: Page,
+    db: SessionDep,
+    status_code: int = 200,
+    error: str | None = None,
+    saved: str | None = None,
+) -> Response:
+    context = {
+        "page": page,
+        "nav": "directory",
+        "entries": await directory.entries(db, page.ctx.workspace_id),
+        "members": await workspaces.list_members(db, page.ctx.workspace_id),
+        "saved": saved,
+        "error": error,
+    }
+    return render(request, "directory.html", context, status_code=status_code)
+
+
+@router.get("")
+async def directory_page(request: Request, page: AdminPageDep, db: SessionDep) -> Response:
+    saved = request.query_params.get("saved")
+    return await _page(request, page, db, saved=saved[:64] if saved else None)
+
+
+@router.post("")
+async def save_entry(
+    request: Request,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    linux_user: Annotated[str, Form(max_length=64)] = "",
+    member: Annotated[str, Form(max_length=320)] = "",
+    team: Annotated[str, Form(max_length=100)] = "",
+) -> Response:
+    """Link (or unlink, with both left empty) one Linux user; entered ahead if unseen."""
+    name = linux_user.strip()
+    try:
+        try:
+            body = DirectoryEntryIn.model_validate(
+                {"memberEmail": member.strip() or None, "team": team.strip() or None}
+            )
+        except ValidationError as exc:
+            raise Unprocessable(f"team: {exc.errors()[0]['msg']}") from None
+        await directory.put_entry(db, page.ctx, name, body)
+        await db.commit()
+    except DomainError as exc:
+        await db.rollback()  # nothing of a refused change stays; the page reads again
+        await db.refresh(page.ctx.workspace)
+        return await _page(request, page, db, exc.status_code, exc.detail)
+    return redirect(
+        request, f"/w/{page.slug}/admin/directory?saved={quote(name, safe='')}#directory"
+    )

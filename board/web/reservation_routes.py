@@ -1,0 +1,216 @@
+"""The reservations page: the timeline, booking a host's GPUs, and one's own bookings.
+
+Plain forms (POST, then a redirect) work without script; reservations.js only reloads
+the page when the host picked in the booking form changes, to offer its GPUs. Times in
+the forms are the workspace's local time (datetime-local has no offset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Query, Request, Response
+from pydantic import ValidationError
+
+from board.db.connection import report_connection
+from board.db.deps import SessionDep
+from board.errors import DomainError, Unprocessable
+from board.reservations import queries, service, timeline
+from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
+from board.web.deps import CsrfDep, MemberPageDep, Page, PageDep
+from board.web.render import PageRoute, redirect, render
+from board.workspaces import service as workspaces
+
+router = APIRouter(prefix="/w/{slug}/reservations", route_class=PageRoute, include_in_schema=False)
+
+NOTICES = {
+    "booked": "Booked.",
+    "changed": "The booking's end was changed.",
+    "cancelled": "The booking was cancelled (a running one ended now).",
+}
+LOCAL_FORMAT = "%Y-%m-%dT%H:%M"
+
+
+@dataclass(frozen=True)
+class BookingForm:
+    """What the booking form shows again after a refusal."""
+
+    host: str = ""
+    gpus: tuple[str, ...] = ()
+    start: str = ""
+    end: str = ""
+    note: str = ""
+    member: str = ""
+
+
+def _zone(page: Page) -> tzinfo:
+    return timeline.zone_of(page.ctx.workspace.timezone)
+
+
+def _local_input(moment: datetime, zone: tzinfo) -> str:
+    return moment.astimezone(zone).strftime(LOCAL_FORMAT)
+
+
+def _parse_local(label: str, value: str, zone: tzinfo) -> datetime:
+    """A datetime-local field (or an ISO time with an offset) as an aware time."""
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise Unprocessable(f"{label} {value[:40]!r} is not a date and time.") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+
+
+async def _page(
+    request: Request,
+    page: Page,
+    db: SessionDep,
+    host: str = "",
+    status_code: int = 200,
+    form: BookingForm | None = None,
+    error: str | None = None,
+) -> Response:
+    now = datetime.now(UTC)
+    zone = _zone(page)
+    conn = await report_connection(db)
+    start, end = timeline.window(now)
+    host = host if timeline.is_host_id(host) else ""
+    gpus = await timeline.bookable_gpus(conn, page.ctx.workspace_id)
+    in_window = await queries.list_reservations(db, page.ctx.workspace_id, start, end)
+    drawn = timeline.build(gpus, in_window, start, end, now, zone, host or None)
+    is_admin = page.ctx.role == "admin"
+    mine = await queries.list_reservations(
+        db, page.ctx.workspace_id, now, None, member_email=None if is_admin else page.ctx.email
+    )
+    hosts = list(dict.fromkeys((g.host_id, g.host_name) for g in gpus))
+    names = dict(hosts)
+    default_start = now.replace(second=0, microsecond=0)
+    form = form or BookingForm(
+        host=host,
+        start=_local_input(default_start, zone),
+        end=_local_input(default_start.replace(minute=0) + timedelta(hours=3), zone),
+    )
+    context: dict[str, Any] = {
+        "page": page,
+        "nav": "reservations",
+        "timeline": drawn,
+        "host": host,
+        "hosts": hosts,
+        "host_names": names,
+        "form_gpus": [g for g in gpus if g.host_id == (form.host or host)],
+        "form": form,
+        "members": await workspaces.list_members(db, page.ctx.workspace_id) if is_admin else [],
+        "may_book": page.ctx.role in ("admin", "member"),
+        "bookings": mine,
+        "all_members": is_admin,
+        "zone_name": str(zone),
+        "local_input": lambda moment: _local_input(moment, zone),
+        "now": now,
+        "notice": NOTICES.get(request.query_params.get("notice", "")),
+        "error": error,
+    }
+    return render(request, "reservations.html", context, status_code=status_code)
+
+
+@router.get("")
+async def reservations_page(
+    request: Request,
+    page: PageDep,
+    db: SessionDep,
+    host: Annotated[str, Query(max_length=64)] = "",
+) -> Response:
+    return await _page(request, page, db, host)
+
+
+def _booking(form: BookingForm, zone: tzinfo, gpus: list[str]) -> ReservationIn:
+    fields: dict[str, Any] = {
+        "hostId": form.host,
+        "start": _parse_local("start", form.start, zone),
+        "end": _parse_local("end", form.end, zone),
+        "note": form.note or None,
+        "memberEmail": form.member or None,
+    }
+    if gpus:
+        fields["gpuUuids"] = gpus
+    try:
+        return ReservationIn.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise Unprocessable(f"{where}: {first['msg']}") from None
+
+
+@router.post("")
+async def book(
+    request: Request,
+    _csrf: CsrfDep,
+    page: MemberPageDep,
+    db: SessionDep,
+    host: Annotated[str, Form(max_length=64)] = "",
+    gpus: Annotated[list[str] | None, Form(max_length=128)] = None,
+    start: Annotated[str, Form(max_length=40)] = "",
+    end: Annotated[str, Form(max_length=40)] = "",
+    note: Annotated[str, Form(max_length=500)] = "",
+    member: Annotated[str, Form(max_length=320)] = "",
+) -> Response:
+    form = BookingForm(host, tuple(gpus or ())[:64], start, end, note, member)
+    try:
+        if len(gpus or ()) > 64:
+            raise Unprocessable("At most 64 GPUs in one booking.")
+        await service.create(db, page.ctx, _booking(form, _zone(page), list(form.gpus)))
+        await db.commit()
+    except DomainError as exc:
+        await db.rollback()  # nothing of a refused change stays; the page reads again
+        await db.refresh(page.ctx.workspace)
+        return await _page(request, page, db, host, exc.status_code, form, exc.detail)
+    target = quote(host, safe="") if timeline.is_host_id(host) else ""
+    return redirect(request, f"/w/{page.slug}/reservations?host={target}&notice=booked#mine")
+
+
+async def _changed(
+    request: Request, page: Page, db: SessionDep, notice: str, booking: ReservationOut | None
+) -> Response:
+    host = booking.host_id if booking is not None else ""
+    return redirect(request, f"/w/{page.slug}/reservations?host={host}&notice={notice}#mine")
+
+
+@router.post("/{reservation_id}/end")
+async def change_end(
+    request: Request,
+    reservation_id: str,
+    _csrf: CsrfDep,
+    page: MemberPageDep,
+    db: SessionDep,
+    end: Annotated[str, Form(max_length=40)] = "",
+) -> Response:
+    try:
+        moment = _parse_local("end", end, _zone(page))
+        changed = await service.update(db, page.ctx, reservation_id, ReservationPatch(end=moment))
+        await db.commit()
+    except DomainError as exc:
+        await db.rollback()  # nothing of a refused change stays; the page reads again
+        await db.refresh(page.ctx.workspace)
+        return await _page(request, page, db, "", exc.status_code, None, exc.detail)
+    return await _changed(request, page, db, "changed", changed)
+
+
+@router.post("/{reservation_id}/cancel")
+async def cancel(
+    request: Request,
+    reservation_id: str,
+    _csrf: CsrfDep,
+    page: MemberPageDep,
+    db: SessionDep,
+) -> Response:
+    try:
+        conn = await report_connection(db)
+        stored = await queries.get(conn, page.ctx.workspace_id, reservation_id)
+        await service.cancel(db, page.ctx, reservation_id)
+        await db.commit()
+    except DomainError as exc:
+        await db.rollback()  # nothing of a refused change stays; the page reads again
+        await db.refresh(page.ctx.workspace)
+        return await _page(request, page, db, "", exc.status_code, None, exc.detail)
+    return await _changed(request, page, db, "cancelled", stored.shown)
