@@ -1,6 +1,7 @@
 """Reports benchmark: a synthetic fleet's hourly rollups, the report queries timed.
 
     .venv/bin/python bench/reports.py [--repeat 15] [--days 90] [--keep] [--hourly]
+                                      [--served [--served-only] [--heavy-repeat 2]]
 
 What it does:
 1. creates a scratch database (gua_bench_reports_<hex>) on GUA_BOARD_DATABASE_URL's server,
@@ -15,7 +16,14 @@ What it does:
    over 30 and 90 days, utilization groupBy=gpu bucket=day over 90 days as JSON and as
    CSV; prints median and p95 over --repeat calls after one warm-up call; then the
    host page's history (24 hourly buckets per GPU of one host) through the service;
-4. drops the scratch database (unless --keep).
+4. --served: the same fleet through a served board (`gua-board serve --workers 1` of
+   this checkout, over HTTP): first byte, whole body, server CPU and the worker's peak
+   RSS for the hourly per-GPU and per-host, the daily per-GPU and the usage reports over
+   90 days, JSON and CSV (bench/reports_served.py; --served-only skips steps 3);
+5. drops the scratch database (unless --keep).
+
+To compare with another revision, copy bench/reports.py and bench/reports_served.py
+into a worktree of it and run them there: they import and serve that worktree's board.
 """
 
 from __future__ import annotations
@@ -275,17 +283,9 @@ async def measure(
             )
 
     # Through the ASGI app: auth, the route, the body.
-    from board.workspaces import service as workspaces
-
     app = create_app(Settings(database_url=url), run_maintenance=False)
     async with app.router.lifespan_context(app):
-        async with app.state.runtime.sessions() as session:
-            ws = await workspaces.get_workspace(session, "bench")
-            member = await workspaces.add_member(
-                session, ws, "finance@bench.example", "finance", None
-            )
-            await session.commit()
-        headers = {"Authorization": f"Bearer {member.api_token}"}
+        headers = {"Authorization": f"Bearer {await member_token(app)}"}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
             for row, (name, query, span, _, _) in zip(table, cases, strict=True):
@@ -306,6 +306,25 @@ async def measure(
                 median, p95, size = await timed(get, repeat)
                 row += [f"{median:.0f}", f"{p95:.0f}", f"{size / 1024:.0f} KiB"]
     return table
+
+
+async def member_token(app: Any) -> str:
+    """A new finance member of the bench workspace; its API token."""
+    from board.workspaces import service as workspaces
+
+    async with app.state.runtime.sessions() as session:
+        ws = await workspaces.get_workspace(session, "bench")
+        member = await workspaces.add_member(
+            session, ws, f"finance-{secrets.token_hex(3)}@bench.example", "finance", None
+        )
+        await session.commit()
+    return str(member.api_token)
+
+
+async def new_member_token(url: str) -> str:
+    app = create_app(Settings(database_url=url), run_maintenance=False)
+    async with app.router.lifespan_context(app):
+        return await member_token(app)
 
 
 async def measure_host_page(
@@ -359,7 +378,15 @@ def main() -> int:
     parser.add_argument(
         "--database", help="time against a database kept by an earlier --keep run (no load)"
     )
+    parser.add_argument(
+        "--served", action="store_true", help="also time the reports through a served board"
+    )
+    parser.add_argument("--served-only", action="store_true", help="--served, nothing else")
+    parser.add_argument(
+        "--heavy-repeat", type=int, default=2, help="served runs of the 2 M-row reports (2)"
+    )
     args = parser.parse_args()
+    args.served = args.served or args.served_only
 
     admin = server_url()
     name = args.database or f"gua_bench_reports_{secrets.token_hex(4)}"
@@ -382,6 +409,18 @@ def main() -> int:
                 f"{gpu_rows:,} GPU-hour rows, {user_rows:,} user-hour rows "
                 f"in {time.perf_counter() - t0:.0f} s"
             )
+        if args.served:
+            from reports_served import SERVED_HEADER, measure_served
+
+            token = asyncio.run(new_member_token(url))
+            served = measure_served(url, token, end.date(), args.repeat, args.heavy_repeat)
+            print("| " + " | ".join(SERVED_HEADER) + " |")
+            print("|" + " --- |" * len(SERVED_HEADER))
+            for row in served:
+                print("| " + " | ".join(row) + " |")
+            print()
+        if args.served_only:
+            return 0
         table = asyncio.run(measure(url, workspace_id, end, args.repeat, args.hourly))
         header = [
             "report",
