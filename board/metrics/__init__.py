@@ -1,7 +1,7 @@
 """The board's own Prometheus metrics, multiprocess-safe across workers (a kit module).
 
 `registry` defines every metric object (import them from there); `exposition` renders
-`/metrics` (one process, or every worker's files under PROMETHEUS_MULTIPROCESS_DIR);
+`/metrics` (one process, or every worker's files under PROMETHEUS_MULTIPROC_DIR);
 `http` times the report routes; `freshness` counts hosts by freshness at scrape time.
 No label ever names a workspace, a host or a person.
 """

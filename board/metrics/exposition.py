@@ -19,7 +19,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, mult
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROCESS_DIR"
+# The variable prometheus-client reads (named PROMETHEUS_MULTIPROC_DIR, not …PROCESS…).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -31,7 +32,10 @@ def multiprocess_enabled() -> bool:
 def multiprocess_dir(workers: int) -> Iterator[str | None]:
     """For `serve`: a per-run directory when there are several workers, else nothing."""
     if workers <= 1:
+        # One process: the default registry (a directory left in the environment by
+        # the operator would otherwise add up earlier runs' counts).
         os.environ.pop(MULTIPROCESS_ENV, None)
+        os.environ.pop(MULTIPROCESS_ENV.lower(), None)
         yield None
         return
     path = tempfile.mkdtemp(prefix="gua-board-metrics-")

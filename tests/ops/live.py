@@ -77,7 +77,7 @@ def env_for(
     database_url: str, data_dir: Path, extra: dict[str, str] | None = None
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env.pop("PROMETHEUS_MULTIPROCESS_DIR", None)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.update(
         {
             "NO_PROXY": "127.0.0.1,localhost",
