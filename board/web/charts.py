@@ -82,11 +82,11 @@ def axis_for(span: timedelta) -> TimeAxis:
 
 
 def time_ticks(start: datetime, end: datetime, tz: tzinfo, axis: TimeAxis) -> list[datetime]:
-    """The UTC instants in [start, end] whose local time the axis labels. Walks UTC in
+    """The UTC instants in [start, end) whose local time the axis labels. Walks UTC in
     quarter hours, so DST changes and half-hour zones put ticks where clocks show them."""
     found: list[datetime] = []
     moment = start.replace(minute=(start.minute // 15) * 15, second=0, microsecond=0)
-    while moment <= end:
+    while moment < end:
         if moment >= start and axis.wants(moment.astimezone(tz)):
             found.append(moment)
         moment += timedelta(minutes=15)
