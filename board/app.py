@@ -16,10 +16,11 @@ from starlette.middleware.gzip import GZipMiddleware
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
 from board.audit.routes import router as audit_router
+from board.db.deps import PoolDep
 from board.db.urls import resolve_database_url
 from board.directory.routes import router as directory_router
 from board.enrollment.routes import router as enrollment_router
-from board.errors import install_error_handlers
+from board.errors import ServiceUnavailable, install_error_handlers
 from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware, RequestGuardMiddleware
 from board.ingest.routes import router as ingest_router
@@ -142,6 +143,17 @@ def create_app(
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> Health:
+        """Alive: the process serves requests (asks nothing of the database)."""
+        return Health(status="ok")
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz(pool: PoolDep) -> Health:
+        """Ready: the database answers within 2 s; else 503 (docs/operations.md)."""
+        try:
+            async with asyncio.timeout(2), pool.connection() as conn:
+                await conn.execute("SELECT 1")
+        except Exception:
+            raise ServiceUnavailable("The database did not answer within 2 seconds.") from None
         return Health(status="ok")
 
     return app
