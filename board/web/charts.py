@@ -169,3 +169,65 @@ def stacked_bars(rows: list[tuple[str, float, float, float | None]]) -> list[Bar
         )
         for label, active, idle, share in rows
     ]
+
+
+@dataclass(frozen=True)
+class DayColumn:
+    day: str
+    active: float
+    idle_held: float
+    x: float
+    width: float
+    active_y: float
+    active_h: float
+    idle_held_y: float
+    idle_held_h: float
+
+
+@dataclass
+class DayChart:
+    """GPU-hours per day as columns, active below idle-held, in a viewBox of WIDTH x HEIGHT."""
+
+    columns: list[DayColumn]
+    y_ticks: list[tuple[float, str]]
+    x_ticks: list[tuple[float, str]]
+    width: int = WIDTH
+    height: int = HEIGHT
+    plot: tuple[float, float, float, float] = (LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM)
+
+
+def _nice_top(value: float) -> float:
+    """The smallest 1, 2 or 5 × 10ⁿ at or above value (at least 1)."""
+    top = 1.0
+    while top < value:
+        for factor in (2.0, 2.5, 2.0):
+            top *= factor
+            if top >= value:
+                break
+    return top
+
+
+def day_columns(days: list[tuple[str, float, float]]) -> DayChart:
+    """Columns for (ISO day, active GPU-hours, idle-held GPU-hours), in day order; about
+    eight labelled days whatever the window's length."""
+    x0, y0, x1, y1 = LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM
+    top = _nice_top(max((a + i for _, a, i in days), default=0.0))
+
+    def h(value: float) -> float:
+        return round((y1 - y0) * value / top, 2)
+
+    slot = (x1 - x0) / max(1, len(days))
+    gap = min(2.0, slot * 0.2)
+    every = max(1, -(-len(days) // 8))
+    columns: list[DayColumn] = []
+    x_ticks: list[tuple[float, str]] = []
+    for n, (day, active, idle) in enumerate(days):
+        x = round(x0 + n * slot + gap / 2, 2)
+        ah, ih = h(active), h(idle)
+        columns.append(
+            DayColumn(day, active, idle, x, round(slot - gap, 2), y1 - ah, ah, y1 - ah - ih, ih)
+        )
+        if n % every == 0:
+            x_ticks.append((round(x0 + (n + 0.5) * slot, 1), day[5:]))
+    y_ticks = [(round(y1 - (y1 - y0) * f, 1), f"{top * f:g}") for f in (0, 0.25, 0.5, 0.75, 1)]
+    return DayChart(columns, y_ticks, x_ticks)

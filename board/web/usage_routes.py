@@ -14,7 +14,7 @@ from board.errors import DomainError
 from board.money.currencies import MINOR_UNITS
 from board.reports import params, service
 from board.reports.csv import render_csv
-from board.web.charts import stacked_bars
+from board.web.charts import DayChart, day_columns, stacked_bars
 from board.web.deps import Page, PageDep
 from board.web.render import PageRoute, finish, render
 
@@ -57,6 +57,29 @@ async def _report(db: SessionDep, page: Page, query: dict[str, str]) -> service.
     )
 
 
+async def _days(
+    db: SessionDep, page: Page, query: dict[str, str], report: service.UsageReport, keys: list[str]
+) -> DayChart | None:
+    """GPU-hours per day, active and idle-held: the same report per day (from the
+    rollups), or this one when it is already per day."""
+    daily = report if keys == ["day"] else await _report(db, page, {**query, "groupBy": "day"})
+    if not daily.rows:
+        return None
+    found = {
+        str(r["day"]): (r["activeGpuHours"] or 0.0, r["idleHeldGpuHours"] or 0.0)
+        for r in daily.rows
+    }
+    # Every day of the window, the empty ones too (at most the report's 400 days).
+    _, zone = params.parse_zone(query["tz"])
+    day = report.head.from_.astimezone(zone).date()
+    last = (report.head.to.astimezone(zone) - timedelta(microseconds=1)).date()
+    columns: list[tuple[str, float, float]] = []
+    while day <= last:
+        columns.append((day.isoformat(), *found.get(day.isoformat(), (0.0, 0.0))))
+        day += timedelta(days=1)
+    return day_columns(columns)
+
+
 def _through(to: str) -> str:
     """The form shows the last day included; the report's `to` is the day after."""
     try:
@@ -84,9 +107,16 @@ def _label(row: dict[str, Any], keys: list[str]) -> str:
 def _presets(today: date) -> list[tuple[str, str, str]]:
     first = today.replace(day=1)
     last_month_end = first - timedelta(days=1)
+    monday = today - timedelta(days=today.weekday())
     return [
         ("Today", today.isoformat(), today.isoformat()),
         ("Last 7 days", (today - timedelta(days=6)).isoformat(), today.isoformat()),
+        # Monday to Monday in the report's zone: the last whole week, through its Sunday.
+        (
+            "Last week",
+            (monday - timedelta(days=7)).isoformat(),
+            (monday - timedelta(days=1)).isoformat(),
+        ),
         ("This month", first.isoformat(), today.isoformat()),
         ("Last month", last_month_end.replace(day=1).isoformat(), last_month_end.isoformat()),
     ]
@@ -118,6 +148,8 @@ async def usage_page(
         "keys": keys,
         "labels": [],
         "bars": [],
+        "rows": [],
+        "days": None,
         "csv_url": f"/w/{page.slug}/usage.csv?{urlencode(query)}",
         # Digits of the currency's minor unit, for the cost column.
         "cost_digits": 2,
@@ -130,17 +162,21 @@ async def usage_page(
             raise
         context["error"] = exc.detail
         return render(request, "usage.html", context, status_code=422)
-    labels = [_label(r, keys) for r in report.rows]
+    # Largest idle-held GPU-hours first (the table's default order; its headers re-sort).
+    rows = sorted(report.rows, key=lambda r: -(r["idleHeldGpuHours"] or 0.0))
+    labels = [_label(r, keys) for r in rows]
     context.update(
         report=report,
+        rows=rows,
         cost_digits=MINOR_UNITS.get(report.totals.currency or "", 2),
         labels=labels,
         bars=stacked_bars(
             [
                 (label, r["activeGpuHours"], r["idleHeldGpuHours"], r["idleHeldShare"])
-                for label, r in zip(labels, report.rows, strict=True)
+                for label, r in zip(labels, rows, strict=True)
             ]
         ),
+        days=await _days(db, page, query, report, keys),
     )
     return render(request, "usage.html", context)
 
@@ -157,8 +193,12 @@ async def usage_csv(
 ) -> Response:
     query = _query(page, from_, to, "", group_by, tz)
     report = await _report(db, page, query)
-    span = f"{report.head.from_.date().isoformat()}-{report.head.to.date().isoformat()}"
-    filename = f"{page.slug}-usage-{span}.csv"
+    # Named by the first and the last day it includes, in the report's zone (the
+    # window's end is the first instant not included).
+    _, zone = params.parse_zone(query["tz"])
+    first = report.head.from_.astimezone(zone).date()
+    last = (report.head.to.astimezone(zone) - timedelta(microseconds=1)).date()
+    filename = f"usage-{first.isoformat()}_{last.isoformat()}.csv"
     return finish(
         request,
         Response(

@@ -231,6 +231,57 @@
     }
   }
 
+  // table[data-sortable]: each column header becomes a button that sorts the rows by
+  // that column (a cell's data-value as a number when it has one, else its text);
+  // pressed again it reverses. aria-sort says the order to assistive technology.
+  function startSortable(table) {
+    const heads = Array.from(table.querySelectorAll("thead th"));
+    const body = table.tBodies[0];
+    if (!body) return;
+
+    function cellValue(row, column) {
+      const cell = row.children[column];
+      if (!cell) return "";
+      if (cell.dataset.value !== undefined) {
+        const n = Number(cell.dataset.value);
+        return isNaN(n) ? -Infinity : n;
+      }
+      return cell.textContent.trim().toLowerCase();
+    }
+
+    function sortBy(column, order) {
+      const rows = Array.from(body.rows);
+      const sign = order === "ascending" ? 1 : -1;
+      rows.sort(function (a, b) {
+        const x = cellValue(a, column), y = cellValue(b, column);
+        if (x < y) return -sign;
+        if (x > y) return sign;
+        return 0;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+      heads.forEach(function (th, i) {
+        th.setAttribute("aria-sort", i === column ? order : "none");
+      });
+    }
+
+    heads.forEach(function (th, column) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "sort";
+      while (th.firstChild) button.appendChild(th.firstChild);
+      th.appendChild(button);
+      button.addEventListener("click", function () {
+        const now = th.getAttribute("aria-sort");
+        const numeric = body.rows.length && body.rows[0].children[column] &&
+          body.rows[0].children[column].dataset.value !== undefined;
+        let order = numeric ? "descending" : "ascending";
+        if (now === "descending") order = "ascending";
+        else if (now === "ascending") order = "descending";
+        sortBy(column, order);
+      });
+    });
+  }
+
   // "3 h 10 min" since a stateSince, whole minutes rounded down (as board/web/fleet.py).
   function duration(ms) {
     const minutes = Math.max(0, Math.floor(ms / 60000));
@@ -263,6 +314,7 @@
     });
     document.querySelectorAll("form[data-live-filters]").forEach(startFilters);
     document.querySelectorAll("[data-live-chart]").forEach(startLiveChart);
+    document.querySelectorAll("table[data-sortable]").forEach(startSortable);
     document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
       select.addEventListener("change", function () { select.form.submit(); });
     });
