@@ -131,7 +131,7 @@ async def test_hosts_by_freshness_come_from_the_database(
 
 
 async def test_only_private_addresses_scrape_without_a_token(app: Any) -> None:
-    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))
     async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
         r = await c.get("/metrics")
     assert r.status_code == 403
@@ -146,7 +146,7 @@ async def test_a_metrics_token_is_required_when_set(settings: Any) -> None:
     configured = settings.model_copy(update={"metrics_token": token})
     application = create_app(configured, run_maintenance=False)
     async with application.router.lifespan_context(application):
-        transport = httpx.ASGITransport(app=application, client=("203.0.113.7", 40000))  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=application, client=("203.0.113.7", 40000))
         async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
             missing = await c.get("/metrics")
             wrong = await c.get("/metrics", headers={"Authorization": "Bearer " + "x" * 30})

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped,unused-ignore]
 from prometheus_client.metrics import MetricWrapperBase
 
 from board.metrics import registry
