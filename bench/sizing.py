@@ -3,7 +3,11 @@
 Enrolls `--hosts` hosts of `--gpus` GPUs (one process each, half of them busy), pushes
 `--hours` of observations 30 s apart (the agent's default) through the board's own
 ingest path (the app in-process), then reads the tables' sizes (heap, indexes, TOAST;
-all partitions) after VACUUM ANALYZE, and scales them to one host and one day.
+all partitions) after VACUUM ANALYZE, less those of the empty schema (the empty
+partitions' pages), and scales them to one host and one day. Rollup rows are updated on
+every push during their hour, so their files hold dead space until the hour is past;
+`compact` is their size after VACUUM FULL, what a long run settles near (later hours
+reuse the space freed in earlier ones).
 
     .venv/bin/python bench/sizing.py --hosts 8 --gpus 8 --hours 6
 """
@@ -126,9 +130,9 @@ async def fill(url: str, hosts: int, gpus: int, hours: float) -> int:
     return pushed
 
 
-def sizes(url: str) -> dict[str, int]:
+def sizes(url: str, full: bool = False) -> dict[str, int]:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
+        conn.execute("VACUUM FULL ANALYZE" if full else "VACUUM ANALYZE")
         out = {}
         for table in RAW + ROLLUPS:
             # A partitioned table's size is its partitions'; a plain one's is its own.
@@ -159,6 +163,7 @@ def main() -> None:
                 await run_maintenance(conn, retention_days=35, ahead_days=3)
 
         asyncio.run(partitions())
+        empty = sizes(url)
         pushed = asyncio.run(fill(url, args.hosts, args.gpus, args.hours))
 
         async def day_rollups() -> None:  # what the hourly maintenance does
@@ -166,20 +171,26 @@ def main() -> None:
                 await refresh_day_rollups(conn)
 
         asyncio.run(day_rollups())
-        measured = sizes(url)
+        grown = sizes(url)
+        compact = sizes(url, full=True)
+    measured = {t: grown[t] - empty[t] for t in grown}
+    compacted = {t: compact[t] - empty[t] for t in compact}
     host_days = args.hosts * args.hours / 24
     print(
         f"{args.hosts} hosts x {args.gpus} GPUs, {args.hours:g} h at {TICK_SECONDS} s: "
         f"{pushed} observations"
     )
-    print(f"{'table':<20} {'bytes':>12} {'MiB/host/day':>13}")
+    print(f"{'table':<20} {'bytes':>12} {'MiB/host/day':>13} {'compact':>8}")
     for group, tables in (("raw", RAW), ("rollups", ROLLUPS)):
-        total = 0
+        total = packed = 0
         for table in tables:
             total += measured[table]
+            packed += compacted[table]
             per = measured[table] / host_days / 2**20
-            print(f"{table:<20} {measured[table]:>12,} {per:>13.2f}")
-        print(f"{'= ' + group:<20} {total:>12,} {total / host_days / 2**20:>13.2f}")
+            per_packed = compacted[table] / host_days / 2**20
+            print(f"{table:<20} {measured[table]:>12,} {per:>13.2f} {per_packed:>8.2f}")
+        mib, mib_packed = total / host_days / 2**20, packed / host_days / 2**20
+        print(f"{'= ' + group:<20} {total:>12,} {mib:>13.2f} {mib_packed:>8.2f}")
 
 
 if __name__ == "__main__":
