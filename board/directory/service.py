@@ -18,6 +18,7 @@ from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
 from board.directory.schemas import LINUX_USER_PATTERN, DirectoryEntryIn, DirectoryEntryOut
 from board.errors import NotFound, Unprocessable
+from board.rollups.crediting import UNKNOWN_USER
 
 _NAME = re.compile(LINUX_USER_PATTERN)
 
@@ -25,6 +26,7 @@ _ENTRIES = """
     WITH seen AS (
         SELECT linux_user, min(hour_start) AS first_at, max(hour_start) AS last_at
         FROM user_hour_rollups WHERE workspace_id = %(ws)s AND held_us > 0
+          AND linux_user <> %(unknown)s  -- a held card naming no process: nobody's account
         GROUP BY linux_user
     ), entered AS (
         SELECT linux_user, user_id, team FROM directory_entries WHERE workspace_id = %(ws)s
@@ -39,7 +41,7 @@ _ENTRIES = """
 
 async def entries(session: AsyncSession, workspace_id: int) -> list[DirectoryEntryOut]:
     conn = await report_connection(session)
-    cur = await conn.execute(_ENTRIES, {"ws": workspace_id})
+    cur = await conn.execute(_ENTRIES, {"ws": workspace_id, "unknown": UNKNOWN_USER})
     return [
         DirectoryEntryOut(
             linux_user=user, member_email=email, team=team, first_seen_at=first, last_seen_at=last

@@ -133,3 +133,4 @@ async def test_availability_badges_on_fleet_and_host_pages(demo, page) -> None:
     timeline = page.locator("#host-reservations .tl-bar")
     await expect(timeline).to_have_count(1)
     assert "badge check" in (await timeline.text_content() or "")
+    await screenshots(page, "reservations-host")
