@@ -134,3 +134,19 @@ async def test_availability_badges_on_fleet_and_host_pages(demo, page) -> None:
     await expect(timeline).to_have_count(1)
     assert "badge check" in (await timeline.text_content() or "")
     await screenshots(page, "reservations-host")
+
+
+def test_reservation_colours_have_4_5_to_1_contrast() -> None:
+    """Every text colour reservations.css draws, on the surface it is drawn on."""
+    import re
+    from pathlib import Path
+
+    from tests.web.test_contrast import contrast
+
+    css = (Path(__file__).resolve().parents[2] / "board/web/static/reservations.css").read_text()
+    badges = re.findall(r"\.avail-\w+ \{ background: (#[0-9a-f]{6}); \}", css)
+    assert len(badges) == 6
+    pairs = [("#ffffff", bg) for bg in badges]
+    pairs += [("#ffffff", "#1d4f91"), ("#3d444c", "#f6f7f9"), ("#1b1f24", "#eef1f4")]
+    for text, background in pairs:
+        assert contrast(text, background) >= 4.5, (text, background)
