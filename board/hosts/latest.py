@@ -67,14 +67,18 @@ async def newest_gpus(
     params = {"ws": workspace_id, "hosts": host_ids}
     processes: dict[int, list[ProcessOut]] = defaultdict(list)
     for _, gpu_id, pid, user, name, ptype, memory in await session.execute(_PROCESSES, params):
+        # model_construct: the database's own values, already of the right types; at
+        # fleet scale (2,400 GPUs, ~5,000 processes) validating each costs ~30 ms a page.
         processes[gpu_id].append(
-            ProcessOut(pid=pid, linux_user=user, name=name, type=ptype, memory_used_mb=memory)
+            ProcessOut.model_construct(
+                pid=pid, linux_user=user, name=name, type=ptype, memory_used_mb=memory
+            )
         )
     gpus: dict[int, list[GpuOut]] = defaultdict(list)
     for row in await session.execute(_GPUS, params):
         host_id, gpu_id, uuid, index, name, state, reported, util, used, total, temp, power = row
         gpus[host_id].append(
-            GpuOut(
+            GpuOut.model_construct(
                 uuid=uuid,
                 index=index,
                 name=name,
