@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 
-from board.errors import Conflict
 from board.reports import repository as repo
 from board.reports import service as reports
 from board.reports.cost import Currency, amount_text, exact, workspace_currency
@@ -77,7 +76,7 @@ _ROWS_SQL = f"""
            sum(r.cost_n),
            string_agg(DISTINCT coalesce(h.display_name, '(deleted host)'), '; '
                       ORDER BY coalesce(h.display_name, '(deleted host)'))
-    FROM {repo.COSTED_USER_SOURCE}
+    FROM {repo.costed_user_source(("host_id", "day"))}
     LEFT JOIN hosts h ON h.workspace_id = %(ws)s AND h.id = r.host_id
     GROUP BY 1, 2, 3, 4
     HAVING sum(r.held_us) <> 0
@@ -182,18 +181,20 @@ def focus_row(
     )
 
 
+async def _header_only() -> AsyncIterator[bytes]:
+    yield (csv_cells(COLUMNS) + LINE_END).encode()
+
+
 async def prepare_focus(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, account: Account, window: Window
 ) -> AsyncIterator[bytes]:
     """The FOCUS CSV as chunks; the first query runs before any byte is sent, so a bad
-    zone or a workspace without prices is a clean 4xx."""
+    zone is a clean 422. A workspace without a currency (no prices yet) exports the
+    header alone: every FOCUS row needs a BillingCurrency."""
     require_whole_hour_days(window)
     currency = await workspace_currency(conn, workspace_id)
     if currency is None:
-        raise Conflict(
-            "This workspace has no currency and prices yet; an admin sets them with "
-            "PUT /api/v1/workspaces/{slug}/prices before costs can be exported."
-        )
+        return _header_only()
     scope = await reports.usage_scope(conn, workspace_id, window, day_keyed=True)
     periods = _Periods(window)
     cur = conn.cursor(name="focus_rows")

@@ -21,7 +21,6 @@ router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["money"])
 Text = Annotated[str | None, Query()]
 FOCUS_CSV: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
-    409: {"description": "The workspace has no currency and prices yet."},
     429: {"description": "The workspace's reports are all running; see Retry-After."},
 }
 

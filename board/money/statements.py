@@ -31,7 +31,7 @@ _LINES_SQL = f"""
     SELECT r.team, r.linux_user, r.gpu_model,
            sum(r.held_us)::bigint, sum(r.active_us)::bigint, sum(r.idle_held_us)::bigint,
            sum(r.cost_n), sum(r.idle_cost_n)
-    FROM {repo.COSTED_USER_SOURCE}
+    FROM {repo.costed_user_source()}
     GROUP BY 1, 2, 3
     HAVING sum(r.held_us) <> 0
     ORDER BY r.team COLLATE "C" NULLS LAST, r.linux_user COLLATE "C",

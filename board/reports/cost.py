@@ -4,7 +4,7 @@ Prices and the currency are money's (board/money: tables `prices`, `workspace_cu
 and the view `price_ranges`); reports only join them, here, so that every report that
 shows a cost computes it the same way, in SQL over the rollups:
 
-- each rollup row (repository.COSTED_USER_SOURCE: an hour, or a whole UTC day no price
+- each rollup row (repository.costed_user_source: an hour, or a whole UTC day no price
   changes in) is joined to its GPU's model (`gpus.name`) and to the price range of that
   model in force at the row's start, else the range of `*` (any other model); an hour
   with no price in force costs nothing;

@@ -54,22 +54,67 @@ GPU_SOURCE = """
 """
 
 
-# USER_SOURCE with the Linux user's team (the directory as it is now), the GPU's model and
-# each row's exact cost numerators, held and idle-held: µs × the price per GPU-hour in
-# force at the row's start for that model, else for "*" (board/reports/cost.py rounds
-# them; docs/money.md).
-COSTED_USER_SOURCE = f"""
-    (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
-            d.team, g.name AS gpu_model,
-            r.held_us * coalesce(pm.per_gpu_hour, ps.per_gpu_hour) AS cost_n,
-            r.idle_held_us * coalesce(pm.per_gpu_hour, ps.per_gpu_hour) AS idle_cost_n
-     FROM {USER_SOURCE}
-     LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = r.linux_user
-     LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id
-     LEFT JOIN price_ranges pm ON pm.workspace_id = %(ws)s AND pm.gpu_model = g.name
-          AND r.t >= pm.starts_at AND r.t < pm.ends_at
-     LEFT JOIN price_ranges ps ON ps.workspace_id = %(ws)s AND ps.gpu_model = '*'
-          AND r.t >= ps.starts_at AND r.t < ps.ends_at) AS r
+# Each price holds from its start until the next start of its model; all the starts of a
+# workspace's prices cut time into segments (width_bucket numbers them: 0 before the
+# first start) inside which every GPU model has one price: MODEL_PRICES, the model's own
+# price per segment, STAR_PRICES the "*" price (models without their own, and rollups
+# of GPUs whose host was deleted).
+_PRICE_SEGMENTS = """
+    bounds AS (
+        SELECT array_agg(DISTINCT starts_at ORDER BY starts_at) AS starts
+        FROM prices WHERE workspace_id = %(ws)s
+    ),
+    segments AS (
+        SELECT i AS seg,
+               CASE WHEN i = 0 THEN '-infinity'::timestamptz
+                    ELSE (SELECT starts FROM bounds)[i] END AS lo
+        FROM generate_series(0, coalesce(array_length((SELECT starts FROM bounds), 1), 0)) AS i
+    ),
+    model_prices AS (
+        SELECT p.gpu_model, s.seg, p.per_gpu_hour AS price
+        FROM segments s
+        JOIN price_ranges p ON p.workspace_id = %(ws)s AND p.gpu_model <> '*'
+             AND s.lo >= p.starts_at AND s.lo < p.ends_at
+    ),
+    star_prices AS (
+        SELECT s.seg, p.per_gpu_hour AS price
+        FROM segments s
+        JOIN price_ranges p ON p.workspace_id = %(ws)s AND p.gpu_model = '*'
+             AND s.lo >= p.starts_at AND s.lo < p.ends_at
+    )"""
+
+
+def costed_user_source(columns: Sequence[str] = ()) -> str:
+    """USER_SOURCE with each Linux user's team (the directory as it is now), the GPU's
+    model and the exact cost numerators, held and idle-held: µs × the price per GPU-hour
+    in force (board/reports/cost.py rounds them; docs/money.md).
+
+    Rows are first summed per Linux user, GPU model and price segment, and per the
+    report's `columns` among gpu_id, host_id and day (as `t`, the local day's first
+    instant); the others are null. Summing before pricing keeps the price joins to a few
+    rows, and is exact: within a segment a model's price does not change."""
+    gpu = "r.gpu_id" if "gpu_id" in columns else "NULL::bigint"
+    host = "r.host_id" if "host_id" in columns else "NULL::bigint"
+    time = "date_trunc('day', r.t, %(tz)s)" if "day" in columns else "NULL::timestamptz"
+    return f"""
+    (WITH {_PRICE_SEGMENTS},
+    summed AS (
+        SELECT {gpu} AS gpu_id, {host} AS host_id, r.linux_user, {time} AS t,
+               g.name AS gpu_model, width_bucket(r.t, (SELECT starts FROM bounds)) AS seg,
+               sum(r.held_us)::bigint AS held_us, sum(r.active_us)::bigint AS active_us,
+               sum(r.idle_held_us)::bigint AS idle_held_us
+        FROM {USER_SOURCE}
+        LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id
+        GROUP BY 1, 2, 3, 4, 5, 6
+    )
+    SELECT u.gpu_id, u.host_id, u.linux_user, u.t, u.held_us, u.active_us, u.idle_held_us,
+           d.team, u.gpu_model,
+           u.held_us * coalesce(mp.price, sp.price) AS cost_n,
+           u.idle_held_us * coalesce(mp.price, sp.price) AS idle_cost_n
+    FROM summed u
+    LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = u.linux_user
+    LEFT JOIN model_prices mp ON mp.gpu_model = u.gpu_model AND mp.seg = u.seg
+    LEFT JOIN star_prices sp ON sp.seg = u.seg) AS r
 """
 
 
@@ -162,7 +207,7 @@ async def held_by(
         SELECT {select},
                sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
                sum(cost_n)
-        FROM {COSTED_USER_SOURCE}
+        FROM {costed_user_source(columns)}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,

@@ -232,7 +232,7 @@ def _usage_sql(keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bo
     return _USAGE_SQL.format(
         select=select,
         group=group,
-        user_source=repo.COSTED_USER_SOURCE,
+        user_source=repo.costed_user_source(columns),
         covered_cte=_COVERED_CTE.format(select=select, gpu_source=repo.GPU_SOURCE, group=group)
         if with_covered
         else "",
