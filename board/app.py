@@ -32,6 +32,7 @@ from board.metrics.routes import router as metrics_router
 from board.money.routes import router as money_router
 from board.notices.routes import router as notices_router
 from board.reports.routes import router as reports_router
+from board.reservations.routes import calendar_router
 from board.reservations.routes import router as reservations_router
 from board.runtime import Runtime
 from board.settings import Settings, get_settings
@@ -133,6 +134,7 @@ def create_app(
     app.include_router(me_router)
     app.include_router(reports_router)
     app.include_router(reservations_router)
+    app.include_router(calendar_router)
     app.include_router(directory_router)
     app.include_router(money_router)
     app.include_router(audit_router)

@@ -16,6 +16,7 @@ from board.directory.models import DirectoryEntry
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
 from board.ingest.tables import gpu_samples, host_observations, process_samples
+from board.money.models import Price, WorkspaceCurrency
 from board.notices.models import (
     NoticeChannel,
     NoticeDelivery,
@@ -24,9 +25,13 @@ from board.notices.models import (
     NoticeEvent,
     NoticeSnooze,
 )
-from board.money.models import Price, WorkspaceCurrency
+from board.reservations.models import (
+    CalendarFeedToken,
+    Reservation,
+    ReservationGpu,
+    ReservationHourFigure,
+)
 from board.rollups.daily import GpuDayRollup, RollupDirtyDay, UserDayRollup
-from board.reservations.models import Reservation, ReservationGpu, ReservationHourFigure
 from board.rollups.models import GpuHourRollup, HostHourRollup, UserHourRollup
 from board.sso.models import SsoLogin
 
@@ -36,6 +41,7 @@ __all__ = [
     "ArchiveObject",
     "AuditEvent",
     "Base",
+    "CalendarFeedToken",
     "DirectoryEntry",
     "EnrollmentToken",
     "Gpu",

@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Identity,
     Index,
+    LargeBinary,
     PrimaryKeyConstraint,
     Text,
     Uuid,
@@ -123,3 +124,19 @@ class ReservationHourFigure(Base):
             ondelete="CASCADE",
         ),
     )
+
+
+class CalendarFeedToken(Base):
+    """A member's secret calendar feed URL: only its SHA-256 is kept (one per workspace)."""
+
+    __tablename__ = "calendar_feed_tokens"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    token_prefix: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

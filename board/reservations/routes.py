@@ -4,23 +4,29 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from board.auth.deps import MemberDep, ReaderDep
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
-from board.reservations import queries, report, service
+from board.reservations import feed, queries, report, service
 from board.reservations.calendar import ics
 from board.reservations.params import parse_moment
 from board.reservations.schemas import (
+    CalendarFeedOut,
     ReservationIn,
     ReservationList,
     ReservationOut,
     ReservationPatch,
 )
+from board.settings import SettingsDep
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["reservations"])
+# The secret feed URL: no Authorization header (calendar apps send none), the token in
+# the query, never in the path (the access log writes paths).
+calendar_router = APIRouter(tags=["reservations"])
 Text = Annotated[str | None, Query(max_length=200)]
 CSV_ALTERNATIVE: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/csv": {"schema": {"type": "string"}}}}
@@ -115,3 +121,37 @@ async def reservations_report(
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
     return Response(built.json(), media_type="application/json")
+
+
+@router.post("/calendar-feed", status_code=201, response_model=CalendarFeedOut)
+async def new_calendar_feed(
+    request: Request, ctx: ReaderDep, session: SessionDep, settings: SettingsDep
+) -> CalendarFeedOut:
+    """A secret feed URL for the caller (shown once); it replaces the previous one."""
+    issued = await feed.issue(session, ctx)
+    base = (settings.public_url or str(request.base_url)).rstrip("/")
+    query = urlencode({"token": issued.secret})
+    return CalendarFeedOut(feed_url=f"{base}{feed.FEED_PATH}?{query}", token_prefix=issued.prefix)
+
+
+@router.delete("/calendar-feed", status_code=204, response_class=Response)
+async def revoke_calendar_feed(ctx: ReaderDep, session: SessionDep) -> Response:
+    await feed.revoke(session, ctx)
+    return Response(status_code=204)
+
+
+@calendar_router.get(feed.FEED_PATH, response_class=Response)
+async def secret_calendar_feed(
+    session: SessionDep,
+    token: Annotated[str, Query(max_length=feed.MAX_TOKEN_CHARS)] = "",
+) -> Response:
+    """The workspace's bookings from a day ago on, as `reservations.ics` lists them."""
+    owner = await feed.owner(session, token)
+    start = datetime.now(UTC) - timedelta(days=1)
+    listed = await queries.list_reservations(session, owner.workspace_id, start, None)
+    names = await report.host_names(await report_connection(session), owner.workspace_id)
+    return Response(
+        ics(owner.slug, names, listed),
+        media_type="text/calendar",
+        headers={"Cache-Control": "private, no-store", "Referrer-Policy": "no-referrer"},
+    )

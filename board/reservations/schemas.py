@@ -56,3 +56,10 @@ class ReservationOut(ReadModel):
 
 class ReservationList(ReadModel):
     reservations: list[ReservationOut]
+
+
+class CalendarFeedOut(ReadModel):
+    """A new secret feed URL, shown once (calendar apps subscribe to it without a token)."""
+
+    feed_url: str
+    token_prefix: str

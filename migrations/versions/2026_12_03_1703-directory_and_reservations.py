@@ -127,9 +127,39 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("workspace_id", "reservation_id", "gpu_id", "hour_start"),
     )
+    # A member's secret calendar feed URL (calendar apps send no Authorization header):
+    # one per member and workspace, only its SHA-256 kept.
+    op.create_table(
+        "calendar_feed_tokens",
+        sa.Column("workspace_id", sa.BigInteger(), nullable=False),
+        sa.Column("user_id", sa.BigInteger(), nullable=False),
+        sa.Column("token_hash", sa.LargeBinary(), nullable=False),
+        sa.Column("token_prefix", sa.Text(), nullable=False),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
+        sa.ForeignKeyConstraint(
+            ["workspace_id"],
+            ["workspaces.id"],
+            name="fk_calendar_feed_tokens_workspace_id_workspaces",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"],
+            ["users.id"],
+            name="fk_calendar_feed_tokens_user_id_users",
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("workspace_id", "user_id"),
+        sa.UniqueConstraint("token_hash", name="uq_calendar_feed_tokens_token_hash"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("calendar_feed_tokens")
     op.drop_table("reservation_hour_figures")
     op.drop_index("ix_reservation_gpus_host_during", table_name="reservation_gpus")
     op.drop_table("reservation_gpus")

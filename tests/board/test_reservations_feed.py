@@ -1,0 +1,115 @@
+"""The secret calendar feed URL: shown once, hashed, replaced, revoked, bound to a member
+and one workspace, and never written to a log."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs, urlsplit
+
+import psycopg
+
+from board.db.urls import libpq_url
+from tests.board.builders import enroll, make_tenant, push
+from tests.board.test_reports_builders import gpu, observation
+
+
+async def _booked(client, tenant) -> str:
+    host = await enroll(client, tenant, "node")
+    r = await push(client, host["agentToken"], observation(datetime.now(UTC), [gpu(0)]))
+    assert r.status_code == 202
+    start = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(hours=1)
+    made = await client.post(
+        f"/api/v1/workspaces/{tenant.slug}/reservations",
+        json={
+            "hostId": host["hostId"],
+            "start": start.isoformat(),
+            "end": (start + timedelta(hours=1)).isoformat(),
+            "note": "feed check",
+        },
+        headers=tenant.auth("member"),
+    )
+    assert made.status_code == 201, made.text
+    return str(made.json()["reservationId"])
+
+
+def _path(feed_url: str) -> str:
+    parts = urlsplit(feed_url)
+    return f"{parts.path}?{parts.query}"
+
+
+async def test_feed_url_works_without_a_header_and_is_revocable(app, client, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    tenant = await make_tenant(app, "feed")
+    booking = await _booked(client, tenant)
+    url = f"/api/v1/workspaces/{tenant.slug}/calendar-feed"
+    issued = await client.post(url, headers=tenant.auth("finance"))
+    assert issued.status_code == 201, issued.text
+    body = issued.json()
+    token = parse_qs(urlsplit(body["feedUrl"]).query)["token"][0]
+    assert token.startswith(body["tokenPrefix"])
+    assert urlsplit(body["feedUrl"]).path == "/api/v1/calendar/reservations.ics"
+
+    feed = await client.get(_path(body["feedUrl"]))  # no Authorization header
+    assert feed.status_code == 200
+    assert feed.headers["content-type"].startswith("text/calendar")
+    assert f"{booking}@gua-board" in feed.text
+    assert token not in feed.text
+
+    # Only the hash is stored; the secret is in no log line.
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(app.state.runtime.database_url)
+    ) as conn:
+        cur = await conn.execute("SELECT token_hash, token_prefix FROM calendar_feed_tokens")
+        (stored_hash, prefix), *_ = await cur.fetchall()
+    assert token.encode() not in bytes(stored_hash)
+    assert prefix == body["tokenPrefix"]
+    # (the test's own HTTP client logs the URLs it fetches; the board never does)
+    board_lines = [r.getMessage() for r in caplog.records if not r.name.startswith("httpx")]
+    assert not [line for line in board_lines if token in line]
+
+    # A new URL replaces the old one; a revoked one is gone; each answers 404.
+    again = (await client.post(url, headers=tenant.auth("finance"))).json()
+    assert (await client.get(_path(body["feedUrl"]))).status_code == 404
+    assert (await client.get(_path(again["feedUrl"]))).status_code == 200
+    assert (await client.delete(url, headers=tenant.auth("finance"))).status_code == 204
+    assert (await client.get(_path(again["feedUrl"]))).status_code == 404
+    assert (await client.delete(url, headers=tenant.auth("finance"))).status_code == 404
+
+
+async def test_feed_is_one_workspaces_and_ends_with_the_membership(app, client) -> None:
+    tenant = await make_tenant(app, "feed")
+    other = await make_tenant(app, "feed-other")
+    mine = await _booked(client, tenant)
+    theirs = await _booked(client, other)
+    issued = await client.post(
+        f"/api/v1/workspaces/{tenant.slug}/calendar-feed", headers=tenant.auth("member")
+    )
+    path = _path(issued.json()["feedUrl"])
+    feed = await client.get(path)
+    assert mine in feed.text
+    assert theirs not in feed.text
+    # Another workspace's token route needs that workspace's membership.
+    r = await client.post(
+        f"/api/v1/workspaces/{other.slug}/calendar-feed", headers=tenant.auth("member")
+    )
+    assert r.status_code in (403, 404)
+
+    removed = await client.delete(
+        f"/api/v1/workspaces/{tenant.slug}/members/member@{tenant.slug}.example",
+        headers=tenant.auth(),
+    )
+    assert removed.status_code in (200, 204), removed.text
+    assert (await client.get(path)).status_code == 404
+
+
+async def test_bad_feed_tokens_are_404_or_422(app, client) -> None:
+    await make_tenant(app, "feed")
+    base = "/api/v1/calendar/reservations.ics"
+    for query in ("", "?token=", "?token=gua_cal_00000000_nope", "?token=gua_pat_1_x"):
+        r = await client.get(base + query)
+        assert r.status_code == 404, query
+        assert isinstance(r.json()["detail"], str)
+    assert (await client.get(base + "?token=" + "a" * 500)).status_code == 422
+    no_auth = await client.post("/api/v1/workspaces/feed/calendar-feed")
+    assert no_auth.status_code == 401
