@@ -15,6 +15,14 @@ What it does:
    team statements over the last 30 days; median and p95 over --repeat calls after one
    warm-up call;
 4. drops the scratch database (unless --keep or --database).
+
+The code before money (no team, no cost) runs the same script from a worktree, against
+the database a --keep run left; only the cases that code has are timed:
+
+    git worktree add /tmp/before-money 7c0f7a3
+    cp bench/money.py /tmp/before-money/bench/
+    cd /tmp/before-money && PYTHONPATH=. /work/main/.venv/bin/python bench/money.py \
+        --database gua_bench_money_…
 """
 
 from __future__ import annotations
@@ -43,7 +51,6 @@ from bench.reports import (  # noqa: E402
 )
 from board.app import create_app, tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
-from board.money import statements  # noqa: E402
 from board.reports import params, service  # noqa: E402
 from board.settings import Settings  # noqa: E402
 
@@ -87,7 +94,10 @@ async def measure(url: str, workspace_id: int, end: datetime, days: int, repeat:
     window = params.parse_window(start, day.isoformat(), "UTC")
     month_start = (day - timedelta(days=30)).isoformat()
     rows: list[list[str]] = []
-    groupings = (("team",), ("team", "user"), ("team", "day"), ("user",))
+    # The code before money knows no team, no FOCUS and no statements.
+    with_money = "team" in params.USAGE_KEYS
+    groupings: list[tuple[str, ...]] = [("team",), ("team", "user"), ("team", "day"), ("user",)]
+    groupings = groupings if with_money else [("user",)]
     async with await psycopg.AsyncConnection.connect(url) as conn:
         for keys in groupings:
 
@@ -106,17 +116,25 @@ async def measure(url: str, workspace_id: int, end: datetime, days: int, repeat:
                 ]
             )
 
-        month = statements.month_window(date.fromisoformat(month_start).replace(day=1), ZONE)
+        if with_money:
+            from board.money import statements
 
-        async def statement() -> Any:
-            found = await statements.month_figures(conn, workspace_id, month)
-            await conn.commit()
-            return found
+            month = statements.month_window(date.fromisoformat(month_start).replace(day=1), ZONE)
 
-        median, p95, (_, teams) = await timed(statement, repeat)
-        rows.append(
-            ["team statements, one month, service", f"{len(teams)}", f"{median:.0f}", f"{p95:.0f}"]
-        )
+            async def statement() -> Any:
+                found = await statements.month_figures(conn, workspace_id, month)
+                await conn.commit()
+                return found
+
+            median, p95, (_, teams) = await timed(statement, repeat)
+            rows.append(
+                [
+                    "team statements, one month, service",
+                    f"{len(teams)}",
+                    f"{median:.0f}",
+                    f"{p95:.0f}",
+                ]
+            )
 
     app = create_app(Settings(database_url=url), run_maintenance=False)
     async with app.router.lifespan_context(app):
@@ -131,13 +149,9 @@ async def measure(url: str, workspace_id: int, end: datetime, days: int, repeat:
                 )
                 for k in groupings
             ]
-            cases.append(
-                (
-                    "FOCUS export, 30 days, API",
-                    "focus",
-                    {"from": month_start, "to": day.isoformat()},
-                )
-            )
+            if with_money:
+                focus = {"from": month_start, "to": day.isoformat()}
+                cases.append(("FOCUS export, 30 days, API", "focus", focus))
             for name, kind, query in cases:
 
                 async def get(kind: str = kind, query: dict[str, str] = query) -> bytes:
