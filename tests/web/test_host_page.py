@@ -29,7 +29,8 @@ def test_sixteen_gpu_colours_are_distinct_and_readable_on_the_chart() -> None:
     assert len(set(colours.values())) == 16
     for n, colour in colours.items():
         assert contrast(colour, "#ffffff") >= 3.0, f"series-{n} {colour}"
-    series = {f"GPU {i}": [(datetime(2026, 1, 1, tzinfo=UTC), 50.0)] for i in range(16)}
+    point: tuple[datetime, float | None] = (datetime(2026, 1, 1, tzinfo=UTC), 50.0)
+    series = {f"GPU {i}": [point] for i in range(16)}
     start = datetime(2026, 1, 1, tzinfo=UTC)
     chart = percent_chart("u", start, start + timedelta(hours=6), UTC, series)
     assert len({line.css for line in chart.lines}) == 16
@@ -62,7 +63,7 @@ async def live_series(page: Any) -> list[str]:
     return [await line.get_attribute("data-series") for line in await lines.all()]
 
 
-async def test_ranges_axis_legend_and_one_live_line_per_gpu(demo, page) -> None:
+async def test_ranges_axis_legend_and_one_live_line_per_gpu(demo: Any, page: Any) -> None:
     host = host_of(demo, "ok")
     await browser_sign_in(page, demo, "lead@demo.example")
     await page.goto(f"{demo.url}/w/{demo.slug}/hosts/{host.host_id}")

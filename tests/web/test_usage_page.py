@@ -25,7 +25,8 @@ def test_day_columns_stack_idle_held_on_active() -> None:
 
 
 async def column(page: Any, n: int) -> list[str]:
-    return await page.locator(f"#usage-table tbody tr > :nth-child({n})").all_text_contents()
+    cells = page.locator(f"#usage-table tbody tr > :nth-child({n})")
+    return [str(t) for t in await cells.all_text_contents()]
 
 
 async def values(page: Any, n: int) -> list[float]:
@@ -33,7 +34,7 @@ async def values(page: Any, n: int) -> list[float]:
     return [float(v) for v in await cells.evaluate_all("cs => cs.map(c => c.dataset.value)")]
 
 
-async def test_sorting_presets_day_chart_and_csv_name(demo, page) -> None:
+async def test_sorting_presets_day_chart_and_csv_name(demo: Any, page: Any) -> None:
     await demo.backfilled.wait()
     await browser_sign_in(page, demo, "lead@demo.example")
     await page.goto(f"{demo.url}/w/{demo.slug}/usage")
