@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Query, Request, Response
 from pydantic import ValidationError
@@ -18,8 +18,9 @@ from pydantic import ValidationError
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.errors import DomainError, Unprocessable
-from board.reservations import queries, service, timeline
+from board.reservations import feed, queries, service, timeline
 from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
+from board.settings import SettingsDep
 from board.web.deps import CsrfDep, MemberPageDep, Page, PageDep
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces
@@ -71,6 +72,7 @@ async def _page(
     status_code: int = 200,
     form: BookingForm | None = None,
     error: str | None = None,
+    feed_url: str | None = None,
 ) -> Response:
     now = datetime.now(UTC)
     zone = _zone(page)
@@ -110,6 +112,7 @@ async def _page(
         "now": now,
         "notice": NOTICES.get(request.query_params.get("notice", "")),
         "error": error,
+        "feed_url": feed_url,
     }
     return render(request, "reservations.html", context, status_code=status_code)
 
@@ -214,3 +217,15 @@ async def cancel(
         await db.refresh(page.ctx.workspace)
         return await _page(request, page, db, "", exc.status_code, None, exc.detail)
     return await _changed(request, page, db, "cancelled", stored.shown)
+
+
+@router.post("/calendar-feed")
+async def new_calendar_feed(
+    request: Request, _csrf: CsrfDep, page: PageDep, db: SessionDep, settings: SettingsDep
+) -> Response:
+    """A secret calendar URL for the viewer, shown once on the page (it replaces the old)."""
+    issued = await feed.issue(db, page.ctx)
+    await db.commit()
+    base = (settings.public_url or str(request.base_url)).rstrip("/")
+    url = f"{base}{feed.FEED_PATH}?{urlencode({'token': issued.secret})}"
+    return await _page(request, page, db, status_code=201, feed_url=url)

@@ -202,3 +202,18 @@ async def test_directory_page_saves_and_refuses(app, client) -> None:
     (entry,) = (await client.get(api, headers=tenant.auth())).json()["entries"]
     assert entry["memberEmail"] == f"member@{tenant.slug}.example"
     assert entry["team"] == "vision"
+
+
+async def test_calendar_url_from_the_page(app, client) -> None:
+    tenant = await make_tenant(app, "pages")
+    await sign_in(client, f"member@{tenant.slug}.example")
+    page = await client.get(f"/w/{tenant.slug}/reservations")
+    url = f"/w/{tenant.slug}/reservations/calendar-feed"
+    assert (await client.post(url, data={"csrf_token": "forged"})).status_code == 403
+    r = await client.post(url, data={"csrf_token": csrf_of(page.text)})
+    assert r.status_code == 201
+    start = r.text.index("/api/v1/calendar/reservations.ics?token=")
+    feed_path = r.text[start : r.text.index("<", start)]
+    assert (await client.get(feed_path)).status_code == 200
+    again = await client.get(f"/w/{tenant.slug}/reservations")
+    assert "reservations.ics?token=" not in again.text  # shown once
