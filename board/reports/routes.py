@@ -13,7 +13,7 @@ from board.auth.deps import ReaderDep, WorkspaceContext
 from board.reports import params, stream
 from board.reports.schemas import UsageReportOut, UtilizationReportOut
 from board.reports.slots import take_report_connection
-from board.reports.streaming import ReportStreamResponse
+from board.reports.streaming import ReportStreamResponse, accepts_gzip
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/reports", tags=["reports"])
 
@@ -28,6 +28,7 @@ CSV_ALTERNATIVE: dict[int | str, dict[str, Any]] = {
 
 
 async def _respond(
+    request: Request,
     ctx: WorkspaceContext,
     name: str,
     window: params.Window,
@@ -41,8 +42,9 @@ async def _respond(
     except BaseException:
         await conn.close()
         raise
+    gzip = accepts_gzip(request.headers)
     if fmt == "json":
-        return ReportStreamResponse(conn, chunks, media_type="application/json")
+        return ReportStreamResponse(conn, chunks, media_type="application/json", gzip=gzip)
     start = window.local(window.start).date().isoformat()
     end = window.local(window.end).date().isoformat()
     disposition = f'attachment; filename="{ctx.workspace.slug}-{name}-{start}-{end}.csv"'
@@ -51,6 +53,7 @@ async def _respond(
         chunks,
         media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": disposition},
+        gzip=gzip,
     )
 
 
@@ -69,7 +72,7 @@ async def usage(
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
     conn = await take_report_connection(request, ctx.workspace_id)
     prepared = stream.prepare_usage(conn, ctx.workspace_id, window, keys, chosen_format)
-    return await _respond(ctx, "usage", window, chosen_format, conn, prepared)
+    return await _respond(request, ctx, "usage", window, chosen_format, conn, prepared)
 
 
 @router.get("/utilization", response_model=UtilizationReportOut, responses=CSV_ALTERNATIVE)
@@ -91,4 +94,4 @@ async def utilization(
     prepared = stream.prepare_utilization(
         conn, ctx.workspace_id, window, group, chosen, chosen_format
     )
-    return await _respond(ctx, "utilization", window, chosen_format, conn, prepared)
+    return await _respond(request, ctx, "utilization", window, chosen_format, conn, prepared)
