@@ -87,7 +87,9 @@ def add_money(url: str, workspace_id: int, start: date, end: date) -> None:
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
 
-async def measure(url: str, workspace_id: int, end: datetime, days: int, repeat: int) -> None:
+async def measure(
+    url: str, workspace_id: int, end: datetime, days: int, repeat: int, service_only: bool
+) -> None:
     tune_gc()
     day = end.date()
     start = (day - timedelta(days=days)).isoformat()
@@ -136,6 +138,25 @@ async def measure(url: str, workspace_id: int, end: datetime, days: int, repeat:
                 ]
             )
 
+    if not service_only:
+        rows += await api_cases(url, groupings, start, month_start, day, days, repeat, with_money)
+    print(f"{'case':<46} {'rows':>8} {'median ms':>10} {'p95 ms':>8}")
+    for case, found, mid, slow in rows:
+        print(f"{case:<46} {found:>8} {mid:>10} {slow:>8}")
+
+
+async def api_cases(
+    url: str,
+    groupings: list[tuple[str, ...]],
+    start: str,
+    month_start: str,
+    day: date,
+    days: int,
+    repeat: int,
+    with_money: bool,
+) -> list[list[str]]:
+    """The same reports through the ASGI app: auth, the route, the streamed body."""
+    rows: list[list[str]] = []
     app = create_app(Settings(database_url=url), run_maintenance=False)
     async with app.router.lifespan_context(app):
         headers = {"Authorization": f"Bearer {await member_token(app)}"}
@@ -166,10 +187,7 @@ async def measure(url: str, workspace_id: int, end: datetime, days: int, repeat:
                     body.count(b"\r\n") - 1 if kind == "focus" else body.count(b'"heldGpuHours"')
                 )
                 rows.append([name, f"{count:,}", f"{median:.0f}", f"{p95:.0f}"])
-
-    print(f"{'case':<46} {'rows':>8} {'median ms':>10} {'p95 ms':>8}")
-    for case, found, mid, slow in rows:
-        print(f"{case:<46} {found:>8} {mid:>10} {slow:>8}")
+    return rows
 
 
 def main() -> int:
@@ -178,6 +196,7 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     parser.add_argument("--database", help="a database kept by an earlier --keep run")
+    parser.add_argument("--service-only", action="store_true", help="skip the API cases")
     args = parser.parse_args()
     admin = server_url()
     name = args.database or f"gua_bench_money_{datetime.now(UTC):%H%M%S}"
@@ -193,7 +212,7 @@ def main() -> int:
             workspace_id, _, _ = load_fleet(url, args.days, end)
             add_money(url, workspace_id, (end - timedelta(days=args.days)).date(), end.date())
             print(f"fleet loaded in {name}")
-        asyncio.run(measure(url, workspace_id, end, args.days, args.repeat))
+        asyncio.run(measure(url, workspace_id, end, args.days, args.repeat, args.service_only))
     finally:
         if not (args.keep or args.database):
             with psycopg.connect(admin, autocommit=True) as conn:

@@ -14,10 +14,13 @@ import psycopg
 import pytest
 
 from board.db.urls import libpq_url
+from board.reports import params, service
 from board.reports.cost import Currency, amount, amount_text, minor_amount
+from board.reports.csv import render_csv
 from board.rollups.daily import refresh_day_rollups
+from board.runtime import Runtime
 from tests.board.money_builders import A100, H100, build_fleet, prices_body, set_team
-from tests.board.test_reports_builders import quick_tenant, report
+from tests.board.test_reports_builders import quick_tenant, report, workspace_id
 
 
 def _prices(slug: str) -> str:
@@ -381,3 +384,37 @@ async def test_roles_and_tenants(app, client) -> None:
         )
         assert r.status_code == 404
     assert (await client.get(_prices(tenant.slug))).status_code == 401
+
+
+async def test_streamed_team_reports_are_the_buffered_ones(app, client) -> None:
+    """The API streams the usage report; the pages build it whole: the same bytes, team
+    keys (users without a team last) and cost included."""
+    tenant = await quick_tenant(app, "money")
+    day = await build_fleet(client, tenant)
+    await set_team(client, tenant, "alice", "vision")
+    runtime: Runtime = app.state.runtime
+    async with runtime.pool.connection() as conn:
+        ws = await workspace_id(conn, tenant.slug)
+    start, end = day.date().isoformat(), (day + timedelta(days=2)).date().isoformat()
+    for group in (
+        "team",
+        "team,user",
+        "user,team",
+        "team,day",
+        "day,team",
+        "team,gpu",
+        "host,team",
+    ):
+        for tz in ("UTC", "Africa/Lagos"):
+            window = params.parse_window(start, end, tz)
+            keys = params.parse_usage_group(group)
+            async with runtime.pool.connection() as conn:
+                built = await service.usage_report(conn, ws, window, keys)
+            assert built.rows, group
+            query = {"from": start, "to": end, "tz": tz, "groupBy": group}
+            url = f"/api/v1/workspaces/{tenant.slug}/reports/usage"
+            r = await client.get(url, params=query, headers=tenant.auth("finance"))
+            assert r.content == built.to_json(), (group, tz)
+            r = await client.get(url, params={**query, "format": "csv"}, headers=tenant.auth())
+            assert r.text == render_csv(built), (group, tz)
+            assert built.rows[-1]["team"] is None  # bob, without a team, comes last
