@@ -139,19 +139,26 @@ async def test_only_private_addresses_scrape_without_a_token(app: Any) -> None:
     assert "gua_board" not in r.text
 
 
-async def test_a_metrics_token_is_required_when_set(settings: Any) -> None:
-    from board.app import create_app
-
+async def test_a_metrics_token_is_required_when_set(app: Any) -> None:
     token = "m" * 8 + "3tr1cs-t0ken-for-tests"
-    configured = settings.model_copy(update={"metrics_token": token})
-    application = create_app(configured, run_maintenance=False)
-    async with application.router.lifespan_context(application):
-        transport = httpx.ASGITransport(app=application, client=("203.0.113.7", 40000))
-        async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
-            missing = await c.get("/metrics")
-            wrong = await c.get("/metrics", headers={"Authorization": "Bearer " + "x" * 30})
-            right = await c.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+    runtime = app.state.runtime
+    # The route reads the process's settings (SettingsDep): the same app, with a token.
+    runtime.settings = runtime.settings.model_copy(update={"metrics_token": token})
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.7", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
+        missing = await c.get("/metrics")
+        wrong = await c.get("/metrics", headers={"Authorization": "Bearer " + "x" * 30})
+        right = await c.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert (missing.status_code, wrong.status_code) == (401, 401)
+    assert isinstance(missing.json()["detail"], str)
     assert token not in missing.text + wrong.text
     assert right.status_code == 200
     assert ACCEPTED in right.text
+
+
+async def test_metrics_can_be_turned_off(app: Any, client: httpx.AsyncClient) -> None:
+    runtime = app.state.runtime
+    runtime.settings = runtime.settings.model_copy(update={"metrics_enabled": False})
+    r = await client.get("/metrics")
+    assert r.status_code == 404
+    assert "gua_board" not in r.text
