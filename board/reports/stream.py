@@ -290,14 +290,13 @@ async def prepare_usage(
             found["day"] = day.isoformat()
         return tuple(found[f] for f in fields)
 
-    cur = conn.cursor(name="usage_rows")
     with service.zone_known_to_database(window):
-        await cur.execute(_usage_sql(keys, columns, with_covered), values)
-        rows = await cur.fetchmany(FETCH_ROWS)
+        # The zone is the one thing only the database can refuse: checked here, so the
+        # aggregate itself can run after the head has left.
+        await conn.execute("SELECT now() AT TIME ZONE %s", [window.tz_name])
     head = service.usage_head(window, keys)
 
     async def chunks() -> Chunks:
-        nonlocal rows
         held_total = active_total = idle_total = cost_total = 0
         yield (
             orjson.dumps(head.model_dump())[:-1] + b',"rows":['
@@ -305,7 +304,12 @@ async def prepare_usage(
             else (csv_cells(out_columns) + LINE_END).encode()
         )
         sent = False
+        # PostgreSQL sums every row before it sorts and sends the first one: that time
+        # is spent with the head already sent, not before the first byte.
+        cur = conn.cursor(name="usage_rows")
         try:
+            await cur.execute(_usage_sql(keys, columns, with_covered), values)
+            rows = await cur.fetchmany(FETCH_ROWS)
             while rows:
                 built = []
                 for row in rows:
