@@ -164,8 +164,12 @@ class Scope:
 async def prepare(conn: psycopg.AsyncConnection[Any]) -> None:
     """Per report transaction: no JIT. The planner's row guesses for the range lists
     push these short queries over jit_above_cost, and compiling then costs more (~90 ms)
-    than running them."""
+    than running them. And memory enough to hash the cost query's groups."""
     await conn.execute("SET LOCAL jit = off")
+    # The cost source groups by a computed price segment, whose distinct values the
+    # planner cannot know: it guesses ~10^5 groups (there are tens) and, with the default
+    # 4 MB, sorts every rollup row instead of hashing them (3x slower, benchmarks.md).
+    await conn.execute("SET LOCAL work_mem = '32MB'")
 
 
 async def dirty_days(
