@@ -59,14 +59,14 @@ class ReportStreamResponse(StreamingResponse):
         super().__init__(body, media_type=media_type, headers=all_headers)
         self.conn = conn
         self.chunks = chunks
-        self.body = body
+        self.sent_body = body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             try:
-                for stream in (self.body, self.chunks):
+                for stream in (self.sent_body, self.chunks):
                     aclose = getattr(stream, "aclose", None)
                     if aclose is not None:
                         await aclose()
