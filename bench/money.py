@@ -19,8 +19,8 @@ What it does:
 The code before money (no team, no cost) runs the same script from a worktree, against
 the database a --keep run left; only the cases that code has are timed:
 
-    git worktree add /tmp/before-money 7c0f7a3
-    cp bench/money.py /tmp/before-money/bench/
+    git worktree add /tmp/before-money 6dacbbb~1
+    cp bench/money.py bench/reports.py /tmp/before-money/bench/
     cd /tmp/before-money && PYTHONPATH=. /work/main/.venv/bin/python bench/money.py \
         --database gua_bench_money_…
 """
