@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import random
 import time
+import zlib
 from typing import Any
 
 import httpx
@@ -122,6 +123,32 @@ async def test_streamed_usage_is_the_buffered_body(app, client, batches) -> None
             assert got == report.to_json(), (group, start, tz)
             got = await _get(client, auth, f"{base}&groupBy={group}&format=csv")
             assert got.decode() == render_csv(report), (group, start, tz)
+
+
+async def test_gzip_is_the_same_body_compressed_once(app, client) -> None:
+    """A client accepting gzip gets the body gzipped by the report itself (not again by
+    the app's middleware); one that does not gets the text; the bytes agree."""
+    slug, _, _ = await _fixture(app)
+    auth = await _finance(app, slug)
+    start, end, tz = WINDOWS[0]
+    base = f"/api/v1/workspaces/{slug}/reports"
+    for path in (
+        f"utilization?from={start}&to={end}&tz={tz}&groupBy=gpu&bucket=hour",
+        f"utilization?from={start}&to={end}&tz={tz}&groupBy=host&bucket=day&format=csv",
+        f"usage?from={start}&to={end}&tz={tz}&groupBy=gpu",
+        f"usage?from={start}&to={end}&tz={tz}&groupBy=user&format=csv",
+    ):
+        plain = await client.get(f"{base}/{path}", headers={**auth, "Accept-Encoding": "identity"})
+        assert plain.status_code == 200, plain.text
+        assert "content-encoding" not in plain.headers
+        async with client.stream(
+            "GET", f"{base}/{path}", headers={**auth, "Accept-Encoding": "gzip"}
+        ) as packed:
+            assert packed.status_code == 200
+            assert packed.headers["content-encoding"] == "gzip"
+            assert "Accept-Encoding" in packed.headers["vary"]
+            raw = b"".join([chunk async for chunk in packed.aiter_raw()])
+        assert zlib.decompress(raw, 16 + zlib.MAX_WBITS) == plain.content, path
 
 
 async def test_empty_reports_stream_the_buffered_empty_body(app, client) -> None:
