@@ -125,10 +125,31 @@ async def store_batch(
 ) -> list[Outcome | TooManyGpus]:
     """Store a batch in one transaction and commit it; one outcome per observation.
 
-    `conn` must not be in autocommit mode or in a transaction; on any error the
-    transaction is rolled back and the error raised. `prepared` is called once the
-    batch's writes are computed, just before they are sent with the COMMIT.
+    `conn` must not be in a transaction; on any error the transaction is rolled back
+    and the error raised. `prepared` is called once the batch's writes are computed,
+    just before they are sent with the COMMIT.
+
+    A connection in autocommit mode (a pool hands back whatever mode its last user
+    left) is taken out of it for the batch and put back after: in autocommit each
+    round trip would be a transaction of its own, the host locks would be gone before
+    the writes, and two batches of a host would deadlock or count an interval twice.
     """
+    autocommit = conn.autocommit
+    if autocommit:
+        await conn.set_autocommit(False)
+    try:
+        return await _store(conn, observations, gpu_cache, prepared)
+    finally:
+        if autocommit and not conn.closed:
+            await conn.set_autocommit(True)
+
+
+async def _store(
+    conn: psycopg.AsyncConnection[Any],
+    observations: Sequence[Observation],
+    gpu_cache: dict[GpuKey, GpuInfo],
+    prepared: Callable[[], None] | None,
+) -> list[Outcome | TooManyGpus]:
     keys = sorted({(o.workspace_id, o.host_id) for o in observations})
     touched: list[GpuKey] = []
     try:
