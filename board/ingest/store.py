@@ -12,6 +12,14 @@ A batch goes through these phases, in order:
 6. credit: every group's interval changes, summed into one RollupDelta;
 7. write: raw rows, rollup upserts, the hosts' newest state, and COMMIT.
 
+Lock order, the rule that keeps concurrent batches (and the rebuild, the day refresh and
+booking changes) from deadlocking: host rows first, FOR UPDATE in (workspace_id, id)
+order, held until COMMIT; only then rows of those hosts (raw, GPU, rollup, figure rows),
+each statement's in key order; the one row kind shared between hosts, a workspace's dirty
+day mark, is written by the rollup trigger in key order too. All of it must be one
+transaction: in autocommit every round trip commits on its own and the host locks would
+be gone before the writes, so store_batch takes a connection out of autocommit first.
+
 psycopg's pipeline mode sends BEGIN with the lock (1) and all of the write (7) in one
 go; phases 3 and 4 and the openers of 6 read only in the rare cases that need it. On
 a small machine each round trip also waits for the event loop (busy parsing other
