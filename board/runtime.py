@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import psycopg
 from fastapi import Depends, Request
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -24,6 +25,14 @@ from board.ingest.writer import IngestWriter
 from board.notices.worker import Notices
 from board.settings import Settings
 from board.stream.hub import StreamHub
+
+
+async def _transactional(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Every connection goes back to the pool in transaction mode: a user that switched
+    to autocommit and forgot to switch back must not hand the ingest writer a connection
+    whose host locks end with each statement (the deadlocks of docs/architecture.md)."""
+    if conn.autocommit:
+        await conn.set_autocommit(False)
 
 
 @dataclass
@@ -64,7 +73,7 @@ class Runtime:
     def create(cls, settings: Settings, database_url: str) -> Runtime:
         engine = make_engine(database_url, pool_size=settings.db_pool_size)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            libpq_url(database_url), min_size=1, max_size=6, open=False
+            libpq_url(database_url), min_size=1, max_size=6, open=False, reset=_transactional
         )
         writer = IngestWriter(pool, max_batch=settings.ingest_max_batch)
         sessions = make_sessionmaker(engine)

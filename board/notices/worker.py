@@ -69,7 +69,10 @@ class Notices:
         """Claim a batch of due deliveries and send them at once; how many were tried."""
         async with self.pool.connection() as conn:
             await conn.set_autocommit(True)
-            claimed = await outbox.claim(conn, CLAIM_BATCH, self.lease_seconds)
+            try:
+                claimed = await outbox.claim(conn, CLAIM_BATCH, self.lease_seconds)
+            finally:
+                await conn.set_autocommit(False)  # the pool's other users expect transactions
         if not claimed:
             return 0
         outcomes = await asyncio.gather(
@@ -77,11 +80,14 @@ class Notices:
         )
         async with self.pool.connection() as conn:
             await conn.set_autocommit(True)
-            for delivery, outcome in zip(claimed, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    log.warning("notices: delivery %s failed: %r", delivery.id, outcome)
-                    outcome = Outcome(False, retry=True, response="Internal error.")
-                await outbox.record(conn, self.settings, delivery, outcome)
+            try:
+                for delivery, outcome in zip(claimed, outcomes, strict=True):
+                    if isinstance(outcome, BaseException):
+                        log.warning("notices: delivery %s failed: %r", delivery.id, outcome)
+                        outcome = Outcome(False, retry=True, response="Internal error.")
+                    await outbox.record(conn, self.settings, delivery, outcome)
+            finally:
+                await conn.set_autocommit(False)
         return len(claimed)
 
     async def _detect_loop(self) -> None:
