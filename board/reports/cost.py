@@ -17,6 +17,7 @@ shows a cost computes it the same way, in SQL over the rollups:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -43,6 +44,35 @@ async def workspace_currency(
     )
     row = await cur.fetchone()
     return Currency(row[0], int(row[1])) if row else None
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """Which prices are in force somewhere in a report's window: any at all, and any of
+    a GPU model's own (not `*`). Without any, every hour of the window costs nothing and
+    reports read the rollups without pricing them (repository.user_source)."""
+
+    in_force: bool
+    by_model: bool
+
+
+async def window_pricing(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, start: datetime, end: datetime
+) -> Pricing:
+    """The prices whose range [starts_at, ends_at) meets [start, end): a range that
+    meets it but prices no rollup row (a start inside the last hour) only costs the
+    report its speed, never a figure."""
+    cur = await conn.execute(
+        """
+        SELECT coalesce(bool_or(true), false), coalesce(bool_or(gpu_model <> '*'), false)
+        FROM price_ranges
+        WHERE workspace_id = %s AND starts_at < %s AND ends_at > %s
+        """,
+        [workspace_id, end, start],
+    )
+    row = await cur.fetchone()
+    assert row is not None  # an aggregate always answers one row
+    return Pricing(bool(row[0]), bool(row[1]))
 
 
 def exact(numerator: Decimal | int | None) -> int:

@@ -14,6 +14,8 @@ from typing import Any
 
 import psycopg
 
+from board.reports.cost import Pricing
+
 # The SQL behind each grouping column; `day` is the local date a bucket starts on.
 _EXPRESSIONS = {
     "linux_user": "linux_user",
@@ -84,7 +86,32 @@ _PRICE_SEGMENTS = """
     )"""
 
 
-def costed_user_source(columns: Sequence[str] = ()) -> str:
+def user_source(columns: Sequence[str], pricing: Pricing) -> str:
+    """The per-user rows a usage report sums: USER_SOURCE with `team` and `cost_n` (the
+    cost numerator, µs × price). Costed (costed_user_source) when a price is in force in
+    the window; else the plain rows with no cost (the report's cost is then 0, or null
+    without a currency, exactly as the costed rows would give) and the directory joined
+    only for a `team` column: no price segments, GPU models or regrouping to pay for."""
+    if pricing.in_force:
+        return costed_user_source(columns, pricing.by_model, teams="team" in columns)
+    if "team" not in columns:
+        return f"""
+    (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
+            NULL::text AS team, NULL::numeric AS cost_n
+     FROM {USER_SOURCE}) AS r
+"""
+    return f"""
+    (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
+            d.team, NULL::numeric AS cost_n
+     FROM {USER_SOURCE}
+     LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = r.linux_user
+    ) AS r
+"""
+
+
+def costed_user_source(
+    columns: Sequence[str] = (), by_model: bool = True, teams: bool = True
+) -> str:
     """USER_SOURCE with each Linux user's team (the directory as it is now), the GPU's
     model and the exact cost numerators, held and idle-held: µs × the price per GPU-hour
     in force (board/reports/cost.py rounds them; docs/money.md).
@@ -92,28 +119,47 @@ def costed_user_source(columns: Sequence[str] = ()) -> str:
     Rows are first summed per Linux user, GPU model and price segment, and per the
     report's `columns` among gpu_id, host_id and day (as `t`, the local day's first
     instant); the others are null. Summing before pricing keeps the price joins to a few
-    rows, and is exact: within a segment a model's price does not change."""
+    rows, and is exact: within a segment a model's price does not change.
+
+    Usage reports leave out what they do not show (user_source): `teams` False, `team`
+    is null (no directory join); `by_model` False, when only `*` prices are in force in
+    the window, every row costs the `*` price and `gpu_model` is null (no join of each
+    rollup row to its GPU)."""
     gpu = "r.gpu_id" if "gpu_id" in columns else "NULL::bigint"
     host = "r.host_id" if "host_id" in columns else "NULL::bigint"
     time = "date_trunc('day', r.t, %(tz)s)" if "day" in columns else "NULL::timestamptz"
+    model = "g.name" if by_model else "NULL::text"
+    models = "LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id" if by_model else ""
+    price = "coalesce(mp.price, sp.price)" if by_model else "sp.price"
+    model_prices = (
+        "LEFT JOIN model_prices mp ON mp.gpu_model = u.gpu_model AND mp.seg = u.seg"
+        if by_model
+        else ""
+    )
+    team = "d.team" if teams else "NULL::text"
+    directory = (
+        "LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = u.linux_user"
+        if teams
+        else ""
+    )
     return f"""
     (WITH {_PRICE_SEGMENTS},
     summed AS (
         SELECT {gpu} AS gpu_id, {host} AS host_id, r.linux_user, {time} AS t,
-               g.name AS gpu_model, width_bucket(r.t, (SELECT starts FROM bounds)) AS seg,
+               {model} AS gpu_model, width_bucket(r.t, (SELECT starts FROM bounds)) AS seg,
                sum(r.held_us)::bigint AS held_us, sum(r.active_us)::bigint AS active_us,
                sum(r.idle_held_us)::bigint AS idle_held_us
         FROM {USER_SOURCE}
-        LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id
+        {models}
         GROUP BY 1, 2, 3, 4, 5, 6
     )
     SELECT u.gpu_id, u.host_id, u.linux_user, u.t, u.held_us, u.active_us, u.idle_held_us,
-           d.team, u.gpu_model,
-           u.held_us * coalesce(mp.price, sp.price) AS cost_n,
-           u.idle_held_us * coalesce(mp.price, sp.price) AS idle_cost_n
+           {team} AS team, u.gpu_model,
+           u.held_us * {price} AS cost_n,
+           u.idle_held_us * {price} AS idle_cost_n
     FROM summed u
-    LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = u.linux_user
-    LEFT JOIN model_prices mp ON mp.gpu_model = u.gpu_model AND mp.seg = u.seg
+    {directory}
+    {model_prices}
     LEFT JOIN star_prices sp ON sp.seg = u.seg) AS r
 """
 
@@ -201,7 +247,7 @@ def select_columns(columns: Sequence[str]) -> tuple[str, str]:
 
 
 async def held_by(
-    conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
+    conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str], pricing: Pricing
 ) -> list[tuple[Any, ...]]:
     """(key columns..., held_us, active_us, idle_held_us, cost numerator) from the
     per-user rollups."""
@@ -211,7 +257,7 @@ async def held_by(
         SELECT {select},
                sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
                sum(cost_n)
-        FROM {costed_user_source(columns)}
+        FROM {user_source(columns, pricing)}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,

@@ -19,7 +19,7 @@ import psycopg
 
 from board.errors import Unprocessable
 from board.reports import repository as repo
-from board.reports.cost import amount, exact, workspace_currency
+from board.reports.cost import amount, exact, window_pricing, workspace_currency
 from board.reports.params import HOUR, Window, require_whole_hour_days
 from board.reports.schemas import (
     ReportCoverage,
@@ -247,10 +247,11 @@ async def usage_report(
     columns = unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)
     currency = await workspace_currency(conn, workspace_id)
+    pricing = await window_pricing(conn, workspace_id, window.start, window.end)
     # held, active, idle-held µs, covered µs, exact cost numerator.
     figures: dict[tuple[Any, ...], list[int]] = {}
     with zone_known_to_database(window):
-        for found in await repo.held_by(conn, scope, columns):
+        for found in await repo.held_by(conn, scope, columns, pricing):
             figures[found[:-4]] = [*found[-4:-1], 0, exact(found[-1])]
         if with_covered:
             # GPUs nobody held still show, with their covered time: not silently missing.

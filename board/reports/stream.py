@@ -26,7 +26,7 @@ import psycopg
 
 from board.reports import repository as repo
 from board.reports import service
-from board.reports.cost import amount, exact, workspace_currency
+from board.reports.cost import Pricing, amount, exact, window_pricing, workspace_currency
 from board.reports.csv import LINE_END, _cell, csv_cells
 from board.reports.params import Window, require_whole_hour_days
 from board.reports.rendered import (
@@ -209,7 +209,9 @@ _COVERED_CTE = """,
     )"""
 
 
-def _usage_sql(keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bool) -> str:
+def _usage_sql(
+    keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bool, pricing: Pricing
+) -> str:
     """Per key: held, active and idle-held (and covered) microseconds, in body order."""
     select, group = repo.select_columns(columns)
     order: list[str] = []
@@ -232,7 +234,7 @@ def _usage_sql(keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bo
     return _USAGE_SQL.format(
         select=select,
         group=group,
-        user_source=repo.costed_user_source(columns),
+        user_source=repo.user_source(columns, pricing),
         covered_cte=_COVERED_CTE.format(select=select, gpu_source=repo.GPU_SOURCE, group=group)
         if with_covered
         else "",
@@ -259,6 +261,7 @@ async def prepare_usage(
     with_covered = not {"user", "team"} & set(keys)
     currency = await workspace_currency(conn, workspace_id)
     code = currency.code if currency else None
+    pricing = await window_pricing(conn, workspace_id, window.start, window.end)
     values = scope.params()
     names: dict[str, dict[int, dict[str, Any]]] = {}
     for key in ("host", "gpu"):
@@ -308,7 +311,7 @@ async def prepare_usage(
         # is spent with the head already sent, not before the first byte.
         cur = conn.cursor(name="usage_rows")
         try:
-            await cur.execute(_usage_sql(keys, columns, with_covered), values)
+            await cur.execute(_usage_sql(keys, columns, with_covered, pricing), values)
             rows = await cur.fetchmany(FETCH_ROWS)
             while rows:
                 built = []

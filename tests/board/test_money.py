@@ -15,11 +15,28 @@ import pytest
 
 from board.db.urls import libpq_url
 from board.reports import params, service
-from board.reports.cost import Currency, amount, amount_text, minor_amount
+from board.reports import repository as repo
+from board.reports.cost import (
+    Currency,
+    Pricing,
+    amount,
+    amount_text,
+    minor_amount,
+    window_pricing,
+)
 from board.reports.csv import render_csv
 from board.rollups.daily import refresh_day_rollups
 from board.runtime import Runtime
-from tests.board.money_builders import A100, H100, build_fleet, prices_body, set_team
+from tests.board.builders import enroll, push
+from tests.board.money_builders import (
+    A100,
+    H100,
+    build_fleet,
+    fixture_day,
+    prices_body,
+    set_team,
+    two_models,
+)
 from tests.board.test_reports_builders import quick_tenant, report, workspace_id
 
 
@@ -418,3 +435,139 @@ async def test_streamed_team_reports_are_the_buffered_ones(app, client) -> None:
             r = await client.get(url, params={**query, "format": "csv"}, headers=tenant.auth())
             assert r.text == render_csv(built), (group, tz)
             assert built.rows[-1]["team"] is None  # bob, without a team, comes last
+
+
+# Every usage grouping the pricing paths must agree on (team alone and in pairs).
+_GROUPINGS = ("user", "team", "team,user", "team,day", "day,team", "gpu", "host,team", "day")
+
+
+async def _unpriced_fleet(client: Any, tenant: Any) -> datetime:
+    """build_fleet's hours (alice on the A100, bob idle-holding the H100), no prices."""
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings",
+        json={"maxSampleGapSeconds": 86400, "timezone": "Africa/Lagos"},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    day = fixture_day()
+    host = await enroll(client, tenant, "node-a")
+    for hours in (22, 24, 25):
+        body = two_models(day + timedelta(hours=hours))
+        assert (await push(client, host["agentToken"], body)).status_code == 202
+    return day
+
+
+async def _held_both_ways(
+    conn: psycopg.AsyncConnection[Any], ws: int, window: params.Window, group: str
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """held_by's rows as the report reads them (its window's pricing), and as the costed
+    source gives them (every price looked up)."""
+    keys = params.parse_usage_group(group)
+    scope = await service.usage_scope(conn, ws, window, day_keyed="day" in keys)
+    columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
+    pricing = await window_pricing(conn, ws, window.start, window.end)
+    chosen = sorted(await repo.held_by(conn, scope, columns, pricing), key=repr)
+    costed = sorted(await repo.held_by(conn, scope, columns, Pricing(True, True)), key=repr)
+    await conn.commit()
+    return chosen, costed
+
+
+async def test_without_prices_the_plain_rows_give_the_costed_figures(app, client) -> None:
+    """No price in force in the window: the report reads the rollups without pricing
+    them, cost null (no currency) or 0 (a currency, prices only later), and every held,
+    active and idle-held figure is the costed source's; the streamed bytes still equal
+    the buffered report's."""
+    tenant = await quick_tenant(app, "money")
+    day = await _unpriced_fleet(client, tenant)
+    await set_team(client, tenant, "alice", "vision")
+    runtime: Runtime = app.state.runtime
+    async with runtime.pool.connection() as conn:
+        ws = await workspace_id(conn, tenant.slug)
+    start, end = day.date().isoformat(), (day + timedelta(days=2)).date().isoformat()
+    url = f"/api/v1/workspaces/{tenant.slug}/reports/usage"
+
+    async def check(cost: float | None, currency: str | None) -> None:
+        for group in _GROUPINGS:
+            for tz in ("UTC", "Africa/Lagos"):
+                window = params.parse_window(start, end, tz)
+                async with runtime.pool.connection() as conn:
+                    assert await window_pricing(conn, ws, window.start, window.end) == Pricing(
+                        False, False
+                    )
+                    chosen, costed = await _held_both_ways(conn, ws, window, group)
+                    built = await service.usage_report(
+                        conn, ws, window, params.parse_usage_group(group)
+                    )
+                assert chosen, group
+                # Same keys and held, active, idle-held µs; no cost numerator either way.
+                assert [r[:-1] for r in chosen] == [r[:-1] for r in costed], (group, tz)
+                assert {r[-1] for r in chosen} == {r[-1] for r in costed} == {None}
+                assert {(r["cost"], r["currency"]) for r in built.rows} == {(cost, currency)}
+                assert (built.totals.cost, built.totals.currency) == (cost, currency)
+                query = {"from": start, "to": end, "tz": tz, "groupBy": group}
+                r = await client.get(url, params=query, headers=tenant.auth("finance"))
+                assert r.content == built.to_json(), (group, tz)
+                r = await client.get(url, params={**query, "format": "csv"}, headers=tenant.auth())
+                assert r.text == render_csv(built), (group, tz)
+
+    body = await report(
+        client, tenant, "usage", groupBy="user", tz="UTC", **{"from": start, "to": end}
+    )
+    assert {r["user"]: r["heldGpuHours"] for r in body["rows"]} == {"alice": 3.0, "bob": 3.0}
+    await check(None, None)
+
+    # A currency with prices only from next week on: nothing in the window is priced,
+    # so every cost is 0 in that currency, as the costed rows give it.
+    later = (datetime.now(UTC).date() + timedelta(days=7)).isoformat()
+    r = await client.put(
+        _prices(tenant.slug),
+        json={"currency": "EUR", "prices": [{"gpuModel": "*", "perGpuHour": 1, "from": later}]},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    await check(0.0, "EUR")
+
+
+async def test_star_prices_alone_cost_the_same_without_gpu_models(app, client) -> None:
+    """Only `*` prices in force: the costed source skips the GPU models and gives the
+    figures and costs it gives with them."""
+    tenant = await quick_tenant(app, "money")
+    day = await _unpriced_fleet(client, tenant)
+    await set_team(client, tenant, "bob", "nlp")
+    d = day.date()
+    r = await client.put(
+        _prices(tenant.slug),
+        json={
+            "currency": "EUR",
+            "prices": [
+                {
+                    "gpuModel": "*",
+                    "perGpuHour": "1.25",
+                    "from": (d - timedelta(days=10)).isoformat(),
+                },
+                # Starts at Lagos midnight, 23:00 UTC inside the UTC day D.
+                {"gpuModel": "*", "perGpuHour": 2, "from": (d + timedelta(days=1)).isoformat()},
+            ],
+        },
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    runtime: Runtime = app.state.runtime
+    async with runtime.pool.connection() as conn:
+        ws = await workspace_id(conn, tenant.slug)
+    start, end = d.isoformat(), (d + timedelta(days=2)).isoformat()
+    for group in _GROUPINGS:
+        for tz in ("UTC", "Africa/Lagos"):
+            window = params.parse_window(start, end, tz)
+            async with runtime.pool.connection() as conn:
+                assert await window_pricing(conn, ws, window.start, window.end) == Pricing(
+                    True, False
+                )
+                chosen, costed = await _held_both_ways(conn, ws, window, group)
+            assert chosen == costed, (group, tz)
+    # alice and bob each: 1 h at 1.25 (22:00-23:00 UTC), then 2 h at 2.00.
+    body = await report(
+        client, tenant, "usage", groupBy="team", tz="UTC", **{"from": start, "to": end}
+    )
+    assert [(r["team"], r["cost"]) for r in body["rows"]] == [("nlp", 5.25), (None, 5.25)]
+    assert body["totals"]["cost"] == 10.5
