@@ -20,7 +20,7 @@ from board.notices.events import DEFAULT_EVENTS, EVENT_TYPES
 from board.notices.schemas import ChannelIn, CreatedChannel
 from board.notices.snooze import SNOOZE_HOURS, read_token, snooze
 from board.settings import SettingsDep
-from board.web.deps import AdminPageDep, CsrfDep, Page
+from board.web.deps import AdminPageDep, CsrfDep, Page, WebSessionDep
 from board.web.render import PageRoute, redirect, render
 
 router = APIRouter(prefix="/w/{slug}/admin/notices", route_class=PageRoute, include_in_schema=False)
@@ -161,7 +161,10 @@ async def retry_delivery(
 
 @snooze_router.get("/snooze")
 async def snooze_page(
-    request: Request, settings: SettingsDep, token: Annotated[str, Query(max_length=300)] = ""
+    request: Request,
+    settings: SettingsDep,
+    _web: WebSessionDep,  # an anonymous session, so the form carries a CSRF token
+    token: Annotated[str, Query(max_length=300)] = "",
 ) -> Response:
     read_token(settings.resolved_secret_key(), token)  # a bad link is a 404 page
     context = {"page": None, "token": token, "choices": SNOOZE_HOURS, "until": None}
@@ -171,6 +174,7 @@ async def snooze_page(
 @snooze_router.post("/snooze")
 async def snooze_gpu(
     request: Request,
+    _csrf: CsrfDep,  # like every form: the link's token is the permission, CSRF the origin
     db: SessionDep,
     settings: SettingsDep,
     token: Annotated[str, Form(max_length=300)] = "",

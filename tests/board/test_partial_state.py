@@ -114,6 +114,8 @@ EXPECTED = {
         "activeGpuHours": 1.5,
         "idleHeldGpuHours": 1.5,
         "idleHeldShare": 0.5,
+        "cost": None,  # no prices in this workspace
+        "currency": None,
     },
 }
 

@@ -144,13 +144,20 @@ async def test_snooze_link_silences_the_gpu(app, client, smtp: SmtpReceiver) -> 
     assert "alice" not in page.text
     assert "GPU-0" not in page.text
     token = link.group(1).split("token=")[1]
-    done = await client.post("/notices/snooze", data={"token": token, "hours": "24"})
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert csrf, page.text
+    form = {"csrf_token": csrf.group(1)}
+    no_csrf = await client.post("/notices/snooze", data={"token": token, "hours": "24"})
+    assert no_csrf.status_code == 403
+    done = await client.post("/notices/snooze", data={**form, "token": token, "hours": "24"})
     assert done.status_code == 200
     assert 'id="snoozed"' in done.text
 
-    forged = await client.post("/notices/snooze", data={"token": token[:-2] + "xx", "hours": "4"})
+    forged = await client.post(
+        "/notices/snooze", data={**form, "token": token[:-2] + "xx", "hours": "4"}
+    )
     assert forged.status_code == 404
-    odd = await client.post("/notices/snooze", data={"token": token, "hours": "5"})
+    odd = await client.post("/notices/snooze", data={**form, "token": token, "hours": "5"})
     assert odd.status_code == 422
 
     # The episode ends (it was told, so its end is told), then a new one starts: silent.
