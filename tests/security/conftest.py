@@ -11,12 +11,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
 from tests.security.live import SECRET, Board, start_board, stop_board
 from tests.security.seed import (
+    Host,
     Tenant,
     day_archives,
     enroll,
@@ -98,6 +100,10 @@ class World:
     b_pat_prefix: str = ""
     # A Linux user on A's host (finance must never see it).
     a_linux_user: str = ""
+    # B's booking, notification channel and one of its deliveries (ids A must not reach).
+    b_reservation_id: str = ""
+    b_channel_id: str = ""
+    b_delivery_id: str = ""
 
 
 @pytest.fixture(scope="session")
@@ -147,6 +153,7 @@ def world(board: Board) -> World:
     if extra.status_code == 201:  # personal API tokens may not have landed yet
         board.remember(extra.json()["apiToken"])
         pat_prefix = extra.json()["tokenPrefix"]
+    booked, channel, delivery = _b_bookings_and_notices(board, b, host)
     return World(
         a=a,
         b=b,
@@ -154,7 +161,43 @@ def world(board: Board) -> World:
         b_enrollment_prefix=pending[0] if pending else "",
         b_pat_prefix=pat_prefix,
         a_linux_user=a_user,
+        b_reservation_id=booked,
+        b_channel_id=channel,
+        b_delivery_id=delivery,
     )
+
+
+def _b_bookings_and_notices(board: Board, b: Tenant, host: Host) -> tuple[str, str, str]:
+    """A booking of B's host by B's member, and an email channel of B's with a test
+    delivery: real ids of B's for the routes that name them."""
+    start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
+    base = f"/api/v1/workspaces/{b.slug}"
+    with board.client(b.member.token) as c:
+        booked = board.call(
+            c,
+            "POST",
+            f"{base}/reservations",
+            json={
+                "hostId": host.host_id,
+                "start": start.isoformat(),
+                "end": (start + timedelta(hours=1)).isoformat(),
+            },
+        )
+    assert booked.status_code == 201, booked
+    with board.client(b.admin.token) as c:
+        made = board.call(
+            c,
+            "POST",
+            f"{base}/notification-channels",
+            json={"kind": "email", "emails": [f"ops@{b.slug}.example"]},
+        )
+        assert made.status_code == 201, made
+        channel = str(made.json()["channelId"])
+        tested = board.call(c, "POST", f"{base}/notification-channels/{channel}/test")
+        assert tested.status_code < 300, tested
+        listed = board.call(c, "GET", f"{base}/notifications").json()["notifications"]
+    assert listed, "the test notice made no delivery"
+    return str(booked.json()["reservationId"]), channel, str(listed[0]["deliveryId"])
 
 
 @pytest.fixture(scope="session")

@@ -76,6 +76,12 @@ def b_values(name: str, world: World, *, in_path: bool) -> list[str] | None:
         return [p for p in found if p]
     if n in ("linuxuser", "user"):
         return [world.b_names[1]]
+    if n == "reservationid":
+        return [world.b_reservation_id]
+    if n == "channelid":
+        return [world.b_channel_id]
+    if n == "deliveryid":
+        return [world.b_delivery_id]
     if n == "email" and in_path:  # a form's email is a sign-in or a new member, not an id
         return [b.admin.email]
     if in_path:  # an id we do not know yet: B's host id is at least a real id of B's
@@ -93,6 +99,11 @@ def _sample(name: str) -> Any:
         return "swept-password-123"
     if n.endswith(("hours", "seconds", "days", "count")):
         return 1
+    if n in ("start", "end"):  # a valid booking time, so only the ids decide the answer
+        soon = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(hours=3)
+        return (soon + timedelta(hours=1 if n == "end" else 0)).isoformat()
+    if n == "memberemail":
+        return None
     return "swept"
 
 
@@ -124,7 +135,11 @@ def calls_for(endpoint: Endpoint, world: World) -> Iterator[Call]:
             for (where, name, _), value in zip(slots, chosen, strict=True):
                 if not all_b and _norm(name) in ("slug", "workspace"):
                     value = world.a.slug
-                elif where == "path":
+                elif not all_b and _norm(name) == "linuxuser":
+                    value = world.a_linux_user  # in A's own directory: A's own name
+                elif where == "path" and _norm(name) != "linuxuser":
+                    # A Linux user name is nobody's id: A may enter any name in A's own
+                    # directory (entered ahead); only B's slug makes it B's.
                     b_in_path = True
                 if where == "path":
                     path = path.replace(f"{{{name}}}", quote(value, safe=""))
