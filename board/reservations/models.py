@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     Uuid,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import TSTZRANGE, ExcludeConstraint, Range
 from sqlalchemy.orm import Mapped, mapped_column
@@ -83,21 +84,18 @@ class ReservationGpu(Base):
         ForeignKeyConstraint(
             ["workspace_id", "gpu_id"], ["gpus.workspace_id", "gpus.id"], ondelete="CASCADE"
         ),
+        # GPU ids are unique across workspaces, so "same GPU" is "the one-point ranges
+        # [gpu_id, gpu_id] overlap": GiST handles ranges itself, with no btree_gist
+        # extension (which the embedded PostgreSQL does not ship).
         ExcludeConstraint(
-            ("workspace_id", "="),
-            ("gpu_id", "="),
+            (text("int8range(gpu_id, gpu_id, '[]')"), "&&"),
             ("during", "&&"),
             name="no_overlap",
             using="gist",
         ),
-        # What the ingest path asks: the bookings of these hosts in this time range.
-        Index(
-            "ix_reservation_gpus_host_during",
-            "workspace_id",
-            "host_id",
-            "during",
-            postgresql_using="gist",
-        ),
+        # What the ingest path asks: the bookings of these hosts (a handful each), then
+        # their ranges.
+        Index("ix_reservation_gpus_host", "workspace_id", "host_id"),
     )
 
 

@@ -22,8 +22,6 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    # Lets one GiST index hold the equality columns (workspace, GPU) beside the range.
-    op.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
     op.add_column(
         "workspaces",
         sa.Column("max_reservation_days", sa.Integer(), server_default="14", nullable=False),
@@ -95,20 +93,16 @@ def upgrade() -> None:
             ["workspace_id", "gpu_id"], ["gpus.workspace_id", "gpus.id"], ondelete="CASCADE"
         ),
         sa.PrimaryKeyConstraint("workspace_id", "reservation_id", "gpu_id"),
+        # GPU ids are unique across workspaces: one GPU is the one-point range
+        # [gpu_id, gpu_id], so GiST needs no btree_gist (the embedded server lacks it).
         postgresql.ExcludeConstraint(
-            (sa.column("workspace_id"), "="),
-            (sa.column("gpu_id"), "="),
+            (sa.text("int8range(gpu_id, gpu_id, '[]')"), "&&"),
             (sa.column("during"), "&&"),
             name="no_overlap",
             using="gist",
         ),
     )
-    op.create_index(
-        "ix_reservation_gpus_host_during",
-        "reservation_gpus",
-        ["workspace_id", "host_id", "during"],
-        postgresql_using="gist",
-    )
+    op.create_index("ix_reservation_gpus_host", "reservation_gpus", ["workspace_id", "host_id"])
     op.create_table(
         "reservation_hour_figures",
         sa.Column("workspace_id", sa.BigInteger(), nullable=False),
@@ -161,7 +155,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("calendar_feed_tokens")
     op.drop_table("reservation_hour_figures")
-    op.drop_index("ix_reservation_gpus_host_during", table_name="reservation_gpus")
+    op.drop_index("ix_reservation_gpus_host", table_name="reservation_gpus")
     op.drop_table("reservation_gpus")
     op.drop_index("ix_reservations_workspace_user", table_name="reservations")
     op.drop_table("reservations")
