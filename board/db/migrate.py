@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 
 import board
-from board.db.urls import sqlalchemy_url
+from board.db.urls import libpq_url, sqlalchemy_url
 
 _PACKAGE_ROOT = Path(board.__file__).resolve().parent
 # In the wheel first: a checkout has no board/_migrations, and a site-packages/migrations
@@ -43,5 +44,16 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
+# Any constant works; it only has to be the same in every board process.
+_MIGRATION_LOCK = 0x6775615F6D6967  # "gua_mig"
+
+
 def upgrade(database_url: str) -> None:
-    command.upgrade(alembic_config(database_url), "head")
+    """Migrate to head, one process at a time: several `serve` processes starting together
+    wait for the first, then find nothing left to do (instead of one failing its start)."""
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as lock:
+        lock.execute("SELECT pg_advisory_lock(%s)", [_MIGRATION_LOCK])
+        try:
+            command.upgrade(alembic_config(database_url), "head")
+        finally:
+            lock.execute("SELECT pg_advisory_unlock(%s)", [_MIGRATION_LOCK])
