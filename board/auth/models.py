@@ -60,7 +60,9 @@ class Workspace(Base):
         CheckConstraint("stale_after_seconds BETWEEN 1 AND 86400", name="stale_after_range"),
         CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_range"),
         CheckConstraint("max_gpus_per_host BETWEEN 1 AND 4096", name="max_gpus_per_host_range"),
-        CheckConstraint("max_reservation_days BETWEEN 1 AND 366", name="max_reservation_days_range"),
+        CheckConstraint(
+            "max_reservation_days BETWEEN 1 AND 366", name="max_reservation_days_range"
+        ),
         CheckConstraint("idle_held_notice_minutes BETWEEN 1 AND 10080", name="idle_notice_range"),
         CheckConstraint(
             "reservation_idle_notice_minutes BETWEEN 1 AND 10080", name="reservation_notice_range"
