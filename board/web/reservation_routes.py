@@ -73,6 +73,7 @@ async def _page(
     form: BookingForm | None = None,
     error: str | None = None,
     feed_url: str | None = None,
+    gpu: str = "",
 ) -> Response:
     now = datetime.now(UTC)
     zone = _zone(page)
@@ -89,8 +90,10 @@ async def _page(
     hosts = list(dict.fromkeys((g.host_id, g.host_name) for g in gpus))
     names = dict(hosts)
     default_start = now.replace(second=0, microsecond=0)
+    picked = tuple(g.uuid for g in gpus if g.host_id == host and g.uuid == gpu)
     form = form or BookingForm(
         host=host,
+        gpus=picked,
         start=_local_input(default_start, zone),
         end=_local_input(default_start.replace(minute=0) + timedelta(hours=3), zone),
     )
@@ -123,8 +126,10 @@ async def reservations_page(
     page: PageDep,
     db: SessionDep,
     host: Annotated[str, Query(max_length=64)] = "",
+    gpu: Annotated[str, Query(max_length=128)] = "",
 ) -> Response:
-    return await _page(request, page, db, host)
+    """The page; `host` (and `gpu`, from a GPU card's "Book this GPU") fill the form."""
+    return await _page(request, page, db, host, gpu=gpu)
 
 
 def _booking(form: BookingForm, zone: tzinfo, gpus: list[str]) -> ReservationIn:

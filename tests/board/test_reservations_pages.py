@@ -217,3 +217,31 @@ async def test_calendar_url_from_the_page(app, client) -> None:
     assert (await client.get(feed_path)).status_code == 200
     again = await client.get(f"/w/{tenant.slug}/reservations")
     assert "reservations.ics?token=" not in again.text  # shown once
+
+
+async def test_a_gpu_card_books_that_gpu(app, client) -> None:
+    """Members and admins get "Book this GPU" on each GPU card; it opens the booking form
+    with the host and that GPU chosen. Finance, who may not book, gets no link."""
+    tenant = await make_tenant(app, "cardbook")
+    host = await _host_with_gpus(client, tenant)
+    await sign_in(client, f"member@{tenant.slug}.example")
+    page = await client.get(f"/w/{tenant.slug}/hosts/{host['hostId']}")
+    assert page.status_code == 200
+    link = f"/w/{tenant.slug}/reservations?host={host['hostId']}&amp;gpu=GPU-3#book"
+    assert link in page.text
+    fleet = await client.get(f"/w/{tenant.slug}/?view=cards")
+    assert link in fleet.text
+    form = await client.get(link.replace("&amp;", "&").split("#")[0])
+    assert form.status_code == 200
+    assert 'value="GPU-3" checked' in form.text
+    assert form.text.count(" checked") == 1
+    # A GPU that is not the host's chooses nothing.
+    odd = await client.get(f"/w/{tenant.slug}/reservations?host={host['hostId']}&gpu=GPU-99")
+    assert odd.status_code == 200
+    assert " checked" not in odd.text
+
+    await client.post("/signout", data={"csrf_token": csrf_of(page.text)})
+    await sign_in(client, f"finance@{tenant.slug}.example")
+    seen = await client.get(f"/w/{tenant.slug}/hosts/{host['hostId']}")
+    assert seen.status_code == 200
+    assert "Book this GPU" not in seen.text
