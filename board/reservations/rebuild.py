@@ -17,8 +17,9 @@ from typing import Any
 import psycopg
 
 from board.db.locks import lock_hosts
-from board.reservations.store import HostSpan, host_ticks, load_bookings, upsert_figures
+from board.reservations.store import HostSpan, load_bookings, upsert_figures
 from board.rollups.crediting import to_us
+from board.rollups.rebuild import host_ticks
 
 
 @dataclass

@@ -25,7 +25,8 @@ from board.reservations import queries, resolve, rules
 from board.reservations.crediting import Booking, ReservationDelta
 from board.reservations.queries import StoredReservation
 from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
-from board.reservations.store import host_ticks, upsert_figures
+from board.reservations.store import upsert_figures
+from board.rollups.rebuild import host_ticks
 
 
 def _now(now: datetime | None) -> datetime:

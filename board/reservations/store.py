@@ -14,7 +14,7 @@ import psycopg
 
 from board.db.pgtext import int_array, text_array
 from board.reservations.crediting import Booking, ReservationDelta
-from board.rollups.crediting import HOUR_US, GpuTick, Tick, compute_holders, to_us
+from board.rollups.crediting import HOUR_US, to_us
 
 
 class HostSpan(NamedTuple):
@@ -152,45 +152,3 @@ async def upsert_figures(conn: psycopg.AsyncConnection[Any], delta: ReservationD
     ]
     if rows:
         await conn.execute(_UPSERT_FIGURES, [int_array(c) for c in zip(*rows, strict=True)])
-
-
-_TICKS = """
-    WITH holders AS (
-        SELECT observed_at, gpu_id, array_agg(DISTINCT linux_user) AS users
-        FROM process_samples
-        WHERE workspace_id = %(ws)s AND host_id = %(host)s AND type = 'compute'
-          AND observed_at >= %(lo)s AND observed_at <= %(hi)s
-        GROUP BY observed_at, gpu_id
-    )
-    SELECT o.observed_at, g.gpu_id, g.state, g.util_pct, g.memory_used_mb, g.memory_total_mb,
-           coalesce(p.users, '{}')
-    FROM host_observations o
-    LEFT JOIN gpu_samples g
-           ON g.workspace_id = o.workspace_id AND g.host_id = o.host_id
-          AND g.observed_at = o.observed_at
-    LEFT JOIN holders p ON p.observed_at = g.observed_at AND p.gpu_id = g.gpu_id
-    WHERE o.workspace_id = %(ws)s AND o.host_id = %(host)s
-      AND o.observed_at >= %(lo)s AND o.observed_at <= %(hi)s
-    ORDER BY o.observed_at, g.gpu_id
-"""
-
-
-async def host_ticks(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int, lo: datetime, hi: datetime
-) -> list[Tick]:
-    """The host's stored observations in [lo, hi] as ticks, in time order."""
-    cur = await conn.execute(_TICKS, {"ws": workspace_id, "host": host_id, "lo": lo, "hi": hi})
-    ticks: list[Tick] = []
-    current: datetime | None = None
-    gpus: list[GpuTick] = []
-    for observed_at, gpu_id, state, util, used, total, users in await cur.fetchall():
-        if observed_at != current:
-            if current is not None:
-                ticks.append(Tick(host_id, to_us(current), tuple(gpus)))
-            current, gpus = observed_at, []
-        if gpu_id is not None:
-            holders = compute_holders((u, "compute") for u in users)
-            gpus.append(GpuTick(gpu_id, state, util, used, total, holders))
-    if current is not None:
-        ticks.append(Tick(host_id, to_us(current), tuple(gpus)))
-    return ticks

@@ -95,7 +95,7 @@ async def _bounds(
     return before or from_, after or to
 
 
-async def _host_ticks(
+async def host_ticks(
     conn: psycopg.AsyncConnection[Any],
     workspace_id: int,
     host_id: int,
@@ -160,7 +160,7 @@ async def rebuild(
     for host_id, gap_seconds in hosts:
         max_gap = timedelta(seconds=gap_seconds)
         lo, hi = await _bounds(conn, workspace_id, host_id, from_, to, max_gap)
-        ticks = await _host_ticks(conn, workspace_id, host_id, lo, hi)
+        ticks = await host_ticks(conn, workspace_id, host_id, lo, hi)
         if not ticks:
             continue
         delta = RollupDelta()
