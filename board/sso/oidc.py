@@ -9,19 +9,29 @@ cached set does not know makes one fresh fetch (the provider rotated its keys).
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from authlib.common.security import generate_token  # type: ignore[import-untyped]
-from authlib.integrations.base_client.errors import OAuthError  # type: ignore[import-untyped]
-from authlib.integrations.httpx_client import AsyncOAuth2Client  # type: ignore[import-untyped]
-from authlib.jose import JsonWebKey, KeySet, jwt  # type: ignore[import-untyped]
-from authlib.jose.errors import JoseError  # type: ignore[import-untyped]
-from authlib.oauth2.rfc6749.errors import OAuth2Error  # type: ignore[import-untyped]
-from authlib.oidc.core import CodeIDToken  # type: ignore[import-untyped]
 
 from board.settings import OidcProvider
+
+# authlib 1.x announces, on import, that its `jose` and httpx modules will move (to
+# joserfc and httpx2) before 2.0; they work, and the notice would open every `gua-board`
+# command's output. Moving to joserfc touches only this module.
+with warnings.catch_warnings():
+    from authlib.deprecate import AuthlibDeprecationWarning  # type: ignore[import-untyped]
+
+    # (authlib.deprecate itself asks for "always" on import, so this comes after it)
+    warnings.simplefilter("ignore", AuthlibDeprecationWarning)
+    from authlib.common.security import generate_token  # type: ignore[import-untyped]
+    from authlib.integrations.base_client.errors import OAuthError  # type: ignore[import-untyped]
+    from authlib.integrations.httpx_client import AsyncOAuth2Client  # type: ignore[import-untyped]
+    from authlib.jose import JsonWebKey, KeySet, jwt  # type: ignore[import-untyped]
+    from authlib.jose.errors import JoseError  # type: ignore[import-untyped]
+    from authlib.oauth2.rfc6749.errors import OAuth2Error  # type: ignore[import-untyped]
+    from authlib.oidc.core import CodeIDToken  # type: ignore[import-untyped]
 
 CACHE_SECONDS = 300
 HTTP_SECONDS = 10.0
