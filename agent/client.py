@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -18,6 +21,14 @@ OBSERVATIONS_PATH = "/agent/v1/observations"
 # Longer Retry-After values are treated as this: the agent keeps spooling meanwhile.
 MAX_RETRY_AFTER_SECONDS = 3600.0
 _MAX_DETAIL_CHARS = 500
+# The board's answers are a few hundred bytes; a longer (or endless) body is cut here
+# so a broken or hostile server cannot fill the agent's memory.
+MAX_ANSWER_BYTES = 64 * 1024
+# The agent token travels in a header: visible ASCII only, so a newline cannot inject
+# headers and an answer of a megabyte is not taken for a token.
+_TOKEN_SHAPE = re.compile(r"[\x21-\x7e]{1,1024}")
+# The claim answer's other strings end up in the config, the spool path and every payload.
+_CLAIM_MAX_CHARS = {"hostId": 128, "displayName": 255, "tokenPrefix": 64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +102,8 @@ class BoardClient:
         headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
+            # Answers are read raw and bounded; a compressed one could expand past the bound.
+            "Accept-Encoding": "identity",
             "User-Agent": f"gua-agent/{AGENT_VERSION}",
         }
         if agent_token is not None:
@@ -130,7 +143,9 @@ class BoardClient:
         body.update({k: v for k, v in optional.items() if v})
         url = self.server_url + CLAIM_PATH
         try:
-            response = self._http.post(url, content=json.dumps(body).encode("utf-8"))
+            response = self._exchange(
+                url, json.dumps(body).encode("utf-8"), self.timeouts.bounded(None), None
+            )
         except httpx.HTTPError as exc:
             raise EnrollmentError(
                 f"could not reach the board at {self.server_url}: {_describe(exc)}"
@@ -141,7 +156,7 @@ class BoardClient:
         values: dict[str, str] = {}
         for key in ("hostId", "displayName", "agentToken", "tokenPrefix"):
             value = data.get(key) if data is not None else None
-            if not isinstance(value, str) or not value:
+            if not isinstance(value, str) or not _usable_claim_value(key, value):
                 raise EnrollmentError(f"the board's answer has no usable {key!r}; not enrolled")
             values[key] = value
         return Enrollment(
@@ -154,14 +169,15 @@ class BoardClient:
     def post_observation(self, body: bytes, *, budget: float | None = None) -> Answer:
         """POST one encoded snapshot; never raises for network or HTTP errors."""
         try:
-            response = self._http.post(
+            response = self._exchange(
                 self.server_url + OBSERVATIONS_PATH,
-                content=body,
-                timeout=self.timeouts.bounded(budget),
+                body,
+                self.timeouts.bounded(budget),
+                budget,
             )
         except httpx.HTTPError as exc:
             return Answer("retry", None, _describe(exc))
-        status = response.status_code
+        status = response.status
         if response.is_success:
             return Answer("accepted", status, f"HTTP {status}")
         text = _status_text(response)
@@ -172,6 +188,29 @@ class BoardClient:
                 "retry", status, text, parse_retry_after(response.headers.get("Retry-After"))
             )
         return Answer("rejected", status, text)
+
+    def _exchange(
+        self, url: str, body: bytes, timeout: httpx.Timeout, budget: float | None
+    ) -> _Reply:
+        """POST and read at most MAX_ANSWER_BYTES of the answer within `budget` seconds.
+
+        httpx's timeouts bound each read, not the whole answer: a board trickling a
+        byte at a time would hold a tick forever. The status decides the outcome, so
+        a body cut short (too long, too slow) is still an answer.
+        """
+        total = budget if budget is not None else self.timeouts.connect + self.timeouts.read
+        give_up_at = time.monotonic() + total
+        with self._http.stream("POST", url, content=body, timeout=timeout) as response:
+            received = bytearray()
+            # An in-memory answer (a test transport) is already read; a network one streams.
+            raw = [response.content] if response.is_stream_consumed else response.iter_raw()
+            for chunk in raw:
+                received += chunk
+                if len(received) >= MAX_ANSWER_BYTES or time.monotonic() >= give_up_at:
+                    break
+            return _Reply(
+                response.status_code, response.headers, bytes(received[:MAX_ANSWER_BYTES])
+            )
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -194,22 +233,43 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return min(MAX_RETRY_AFTER_SECONDS, max(0.0, seconds))
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """The part of an answer the agent reads: status, headers, and a bounded body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status < 300
+
+
+def _usable_claim_value(key: str, value: str) -> bool:
+    if key == "agentToken":
+        return _TOKEN_SHAPE.fullmatch(value) is not None
+    return bool(value.strip()) and len(value) <= _CLAIM_MAX_CHARS[key] and value.isprintable()
+
+
+def _json_object(response: _Reply) -> dict[str, Any] | None:
+    if response.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+        return None  # read raw: a compressed body is not JSON to the agent
     try:
-        data = response.json()
-    except (ValueError, UnicodeDecodeError):
+        data = json.loads(response.body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def _status_text(response: httpx.Response) -> str:
+def _status_text(response: _Reply) -> str:
     """`HTTP 422: <detail>` where the body's `detail` is a string, else `HTTP 422`."""
     data = _json_object(response)
     detail = data.get("detail") if data is not None else None
     if isinstance(detail, str) and detail.strip():
         clean = "".join(ch if ch.isprintable() else " " for ch in detail).strip()
-        return f"HTTP {response.status_code}: {clean[:_MAX_DETAIL_CHARS]}"
-    return f"HTTP {response.status_code}"
+        return f"HTTP {response.status}: {clean[:_MAX_DETAIL_CHARS]}"
+    return f"HTTP {response.status}"
 
 
 def _describe(exc: httpx.HTTPError) -> str:

@@ -11,6 +11,14 @@ from agent.model import UNKNOWN, Collection, GpuReading, ProcessReading
 
 SCHEMA_VERSION = "availability.snapshot.v1"
 
+# The board's length limits (docs/agent-api.md); a longer string gets the snapshot refused.
+_HOST_CHARS = 255
+_VERSION_CHARS = 64
+_HOST_ID_CHARS = 128
+_UUID_CHARS = 128
+_NAME_CHARS = 255
+_USER_CHARS = 64
+
 
 @dataclass(frozen=True, slots=True)
 class HostIdentity:
@@ -29,14 +37,14 @@ def build_observation(
     if observed_at.tzinfo is None:
         raise ValueError("observed_at must be timezone-aware")
     host_obj: dict[str, Any] = {
-        "hostname": host.hostname or UNKNOWN,
-        "agentVersion": host.agent_version,
-        "driverVersion": collection.driver_version or UNKNOWN,
+        "hostname": _text(host.hostname, _HOST_CHARS),
+        "agentVersion": _text(host.agent_version, _VERSION_CHARS),
+        "driverVersion": _text(collection.driver_version, _VERSION_CHARS),
     }
     if host.host_id is not None:
-        host_obj["hostId"] = host.host_id
+        host_obj["hostId"] = _text(host.host_id, _HOST_ID_CHARS)
     if host.display_name is not None:
-        host_obj["displayName"] = host.display_name
+        host_obj["displayName"] = _text(host.display_name, _HOST_CHARS)
     return {
         "schemaVersion": SCHEMA_VERSION,
         "collectionStatus": collection.status,
@@ -57,8 +65,8 @@ def _gpu(gpu: GpuReading) -> dict[str, Any]:
     total = max(1, gpu.memory_total_mb)
     out: dict[str, Any] = {
         "index": max(0, gpu.index),
-        "uuid": gpu.uuid,
-        "name": gpu.name or UNKNOWN,
+        "uuid": _text(gpu.uuid, _UUID_CHARS),
+        "name": _text(gpu.name, _NAME_CHARS),
         "memoryTotalMb": total,
         "utilPct": min(100, max(0, gpu.util_pct)),
         "memoryUsedMb": min(total, max(0, gpu.memory_used_mb)),
@@ -74,8 +82,8 @@ def _gpu(gpu: GpuReading) -> dict[str, Any]:
 def _process(proc: ProcessReading) -> dict[str, Any]:
     return {
         "pid": proc.pid,
-        "linuxUser": proc.linux_user or UNKNOWN,
-        "name": proc.name or UNKNOWN,
+        "linuxUser": _text(proc.linux_user, _USER_CHARS),
+        "name": _text(proc.name, _NAME_CHARS),
         "type": proc.type,
         "memoryUsedMb": _non_negative(proc.memory_used_mb),
     }
@@ -83,3 +91,15 @@ def _process(proc: ProcessReading) -> dict[str, Any]:
 
 def _non_negative(value: int | None) -> int | None:
     return None if value is None else max(0, value)
+
+
+def _text(value: str, max_chars: int) -> str:
+    """`value` as the board accepts it: valid UTF-8, printable, not empty, not too long.
+
+    Names come from the system (passwd, /proc, NVML, the hostname), which decodes
+    undecodable bytes to lone surrogates; one of those, a NUL or a name over the limit
+    would get the whole snapshot refused, so each is cleaned here instead.
+    """
+    valid = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    printable = "".join(ch for ch in valid if ch.isprintable()).strip()
+    return printable[:max_chars] or UNKNOWN

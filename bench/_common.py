@@ -245,3 +245,24 @@ def create_floor_app() -> FastAPI:
         return {"status": "ok"}
 
     return app
+
+
+async def enroll_in_process(
+    client: httpx.AsyncClient, slug: str, auth: dict[str, str], hosts: int
+) -> list[str]:
+    """Enroll `hosts` hosts named gpu-0… through an in-process app; their agent tokens."""
+    tokens = []
+    for n in range(hosts):
+        issued = await client.post(
+            f"/api/v1/workspaces/{slug}/enrollment-tokens", json={}, headers=auth
+        )
+        claimed = await client.post(
+            "/agent/v1/enrollments/claim",
+            json={
+                "enrollmentToken": issued.json()["enrollmentToken"],
+                "hostname": f"gpu-{n}",
+                "agentVersion": "1.8.0",
+            },
+        )
+        tokens.append(claimed.json()["agentToken"])
+    return tokens

@@ -17,8 +17,13 @@ What it does:
 6. prints a summary table. Exit status 1 when the durability check fails.
 
 --bookings: before the load, each host reports once and all 8 of its GPUs are booked
-(REST, by the admin, for alice) from now for a day, so every batch credits the
-reservation figures too (compare with a run without it).
+(REST, by the admin, for alice) for a day, so every batch credits the reservation
+figures too (compare with a run without it). The bookings are then moved to start at
+the previous whole hour (in the database: the API refuses a start in the past; only one
+observation per host is stored, so nothing needs re-crediting), so the load falls in
+hours wholly inside them, as 22 of a day-long booking's 24 hours do. With
+--bookings-edge they start this minute instead: the load falls in each booking's partial
+first hour (a figure row per booked GPU and hour, the worst case).
 
 The load generator is one process (asyncio on uvloop when installed, a minimal keep-alive
 HTTP/1.1 client; `--client httpx` to compare), because the machine is small and shared with
@@ -446,6 +451,14 @@ async def book_every_host(base_url: str, admin_token: str, agents: list[Agent]) 
     return len(agents)
 
 
+async def start_bookings_an_hour_back(url: str) -> None:
+    """--bookings: every booking starts at the previous whole hour (see the docstring)."""
+    moved = "tstzrange(date_trunc('hour', lower(during)) - interval '1 hour', upper(during))"
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute(f"UPDATE reservations SET during = {moved}")
+        await conn.execute(f"UPDATE reservation_gpus SET during = {moved}")
+
+
 async def enroll_hosts(base_url: str, admin_token: str, count: int) -> list[Agent]:
     """Each host the way an admin and an agent do it: issue a token (REST), claim it."""
     admin = {"Authorization": f"Bearer {admin_token}"}
@@ -540,8 +553,10 @@ def bench_board(url: str, args: argparse.Namespace, log_dir: Path) -> LoadResult
         agents = run(enroll_hosts(server.base_url, admin_token, args.hosts))
         print(f"enrolled {len(agents)} hosts in {time.monotonic() - t0:.1f}s", file=sys.stderr)
         made = 0
-        if args.bookings:
+        if args.bookings or args.bookings_edge:
             made = run(book_every_host(server.base_url, admin_token, agents))
+            if not args.bookings_edge:
+                run(start_bookings_an_hour_back(url))
             print(f"booked all GPUs of {made} hosts for a day", file=sys.stderr)
         result = measure(server, agents, args, url)
         result.accepted_total += made  # each booked host's first push is stored too
@@ -653,6 +668,11 @@ def main(argv: list[str] | None = None) -> int:
         "--bookings",
         action="store_true",
         help="book every host's GPUs for the run (reservation figures credited per batch)",
+    )
+    parser.add_argument(
+        "--bookings-edge",
+        action="store_true",
+        help="as --bookings, but the load falls in each booking's partial first hour",
     )
     args = parser.parse_args(argv)
     if args.concurrency > args.hosts:

@@ -383,6 +383,12 @@ def main() -> int:
     )
     parser.add_argument("--served-only", action="store_true", help="--served, nothing else")
     parser.add_argument(
+        "--load-only", action="store_true", help="load the fleet (with --keep), time nothing"
+    )
+    parser.add_argument(
+        "--cases", help="served cases whose name contains one of these (comma-separated)"
+    )
+    parser.add_argument(
         "--heavy-repeat", type=int, default=2, help="served runs of the 2 M-row reports (2)"
     )
     args = parser.parse_args()
@@ -409,11 +415,14 @@ def main() -> int:
                 f"{gpu_rows:,} GPU-hour rows, {user_rows:,} user-hour rows "
                 f"in {time.perf_counter() - t0:.0f} s"
             )
+        if args.load_only:
+            return 0
         if args.served:
             from reports_served import SERVED_HEADER, measure_served
 
             token = asyncio.run(new_member_token(url))
-            served = measure_served(url, token, end.date(), args.repeat, args.heavy_repeat)
+            only = args.cases.split(",") if args.cases else None
+            served = measure_served(url, token, end.date(), args.repeat, args.heavy_repeat, only)
             print("| " + " | ".join(SERVED_HEADER) + " |")
             print("|" + " --- |" * len(SERVED_HEADER))
             for row in served:

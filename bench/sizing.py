@@ -27,7 +27,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import scratch_database  # noqa: E402
+from bench._common import enroll_in_process, scratch_database  # noqa: E402
 from board.app import create_app  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
 from board.partitions.maintenance import run_maintenance  # noqa: E402
@@ -35,7 +35,8 @@ from board.rollups.daily import refresh_day_rollups  # noqa: E402
 from board.settings import Settings  # noqa: E402
 from board.workspaces import service as workspaces  # noqa: E402
 
-RAW = ("host_observations", "gpu_samples", "process_samples")
+# The hot rows and the compacted hours (bench/storage.py measures compaction itself).
+RAW = ("host_observations", "observation_hours")
 ROLLUPS = (
     "gpu_hour_rollups",
     "user_hour_rollups",
@@ -97,20 +98,7 @@ async def fill(url: str, hosts: int, gpus: int, hours: float) -> int:
         auth = {"Authorization": f"Bearer {admin.api_token}"}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://sizing") as c:
-            tokens = []
-            for n in range(hosts):
-                issued = await c.post(
-                    "/api/v1/workspaces/sizing/enrollment-tokens", json={}, headers=auth
-                )
-                claimed = await c.post(
-                    "/agent/v1/enrollments/claim",
-                    json={
-                        "enrollmentToken": issued.json()["enrollmentToken"],
-                        "hostname": f"gpu-{n}",
-                        "agentVersion": "1.8.0",
-                    },
-                )
-                tokens.append(claimed.json()["agentToken"])
+            tokens = await enroll_in_process(c, "sizing", auth, hosts)
             ticks = int(hours * 3600 / TICK_SECONDS)
             start = datetime.now(UTC) - timedelta(hours=hours)
             for tick in range(ticks):

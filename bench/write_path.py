@@ -43,8 +43,13 @@ def backend_cpu(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-async def setup(conn: psycopg.AsyncConnection[Any], hosts: int) -> list[tuple[int, int]]:
+async def setup(
+    conn: psycopg.AsyncConnection[Any], hosts: int, fillfactor: int | None = None
+) -> list[tuple[int, int]]:
     await run_maintenance(conn, retention_days=35, ahead_days=3)
+    if fillfactor is not None:  # an experiment: the tables ingest updates in place
+        for table in ("hosts", "gpu_hour_rollups", "user_hour_rollups", "host_hour_rollups"):
+            await conn.execute(f"ALTER TABLE {table} SET (fillfactor = {int(fillfactor)})")
     cur = await conn.execute(
         "INSERT INTO workspaces (slug, name) VALUES ('bench', 'Bench') RETURNING id"
     )
@@ -77,7 +82,7 @@ def bodies(hosts: list[tuple[int, int]], rounds: int, start: datetime) -> list[l
 
 async def run(args: argparse.Namespace, url: str) -> None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        hosts = await setup(conn, args.hosts)
+        hosts = await setup(conn, args.hosts, args.fillfactor)
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=30 * args.rounds + 60)
     per_round = bodies(hosts, args.rounds, start)
 
@@ -137,6 +142,14 @@ async def print_table_stats(url: str) -> None:
         print(f"{'table':<22} {'inserts':>9} {'updates':>9} {'HOT':>9}")
         for name, ins, upd, hot in await cur.fetchall():
             print(f"{name:<22} {ins:>9} {upd:>9} {hot:>9}")
+        cur = await conn.execute(
+            "SELECT relname, pg_relation_size(oid), pg_indexes_size(oid) FROM pg_class "
+            "WHERE relname IN ('hosts', 'gpu_hour_rollups', 'user_hour_rollups', "
+            "'host_hour_rollups') ORDER BY relname"
+        )
+        print(f"{'table':<22} {'heap KiB':>9} {'index KiB':>9}  (before any vacuum)")
+        for name, heap, index in await cur.fetchall():
+            print(f"{name:<22} {heap // 1024:>9} {index // 1024:>9}")
 
 
 def main() -> None:
@@ -145,6 +158,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=48)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--fillfactor", type=int, help="set this fillfactor on the updated tables first"
+    )
     parser.add_argument("--stats", action="store_true", help="print per-table update counts")
     parser.add_argument("--sort", default="cumulative", help="cProfile order (--profile)")
     args = parser.parse_args()

@@ -11,7 +11,6 @@ from typing import Literal
 
 from fastapi import FastAPI
 from pydantic import BaseModel
-from starlette.middleware.gzip import GZipMiddleware
 
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
@@ -22,7 +21,12 @@ from board.directory.routes import router as directory_router
 from board.enrollment.routes import router as enrollment_router
 from board.errors import ServiceUnavailable, install_error_handlers
 from board.hosts.routes import router as hosts_router
-from board.httpserver import BodyDeadlineMiddleware, RequestGuardMiddleware
+from board.httpserver import (
+    BaselineHeadersMiddleware,
+    BodyDeadlineMiddleware,
+    NegotiatedGZipMiddleware,
+    RequestGuardMiddleware,
+)
 from board.ingest.routes import router as ingest_router
 from board.logs import RequestContextMiddleware, install_redaction
 from board.maintenance import maintenance_loop
@@ -46,6 +50,9 @@ log = logging.getLogger(__name__)
 
 
 GZIP_MINIMUM_BYTES = 1024
+# zlib's default: the 2,400-GPU fleet page (1.1 MB) in ~8 ms to 48.7 KB, where level 9
+# (Starlette's default) took ~12 ms for 46.9 KB (docs/benchmarks.md, issue 14).
+GZIP_LEVEL = 6
 
 
 class Health(BaseModel):
@@ -110,7 +117,9 @@ def create_app(
     install_error_handlers(app)
     # Pages, their JSON and reports compressed for browsers that ask (a 2,400-GPU fleet
     # page is ~10x smaller); Server-Sent Events are never buffered (excluded by type).
-    app.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_BYTES)
+    app.add_middleware(
+        NegotiatedGZipMiddleware, minimum_size=GZIP_MINIMUM_BYTES, compresslevel=GZIP_LEVEL
+    )
     # A body trickled in (or stalled) fails the request with 408 instead of holding its
     # handler; headers are bounded one layer down, in the server (board/httpserver.py).
     app.add_middleware(
@@ -119,6 +128,8 @@ def create_app(
         total_seconds=settings.http_body_seconds,
     )
     app.add_middleware(ReportTimingMiddleware)
+    # Headers no answer should lack, on the errors of no route as well (docs/security.md).
+    app.add_middleware(BaselineHeadersMiddleware)
     # NUL in a URL, and bodies over the limit on routes without their own.
     app.add_middleware(RequestGuardMiddleware, max_body_bytes=settings.max_body_bytes)
     # Outermost: every request's id (in logs and the X-Request-ID answer), the access log.

@@ -24,11 +24,13 @@ import functools
 import inspect
 import json
 import logging
+import re
 import resource
 from collections.abc import Generator
 from typing import Any, TypedDict, cast
 
 from starlette.exceptions import HTTPException
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.config import Config
@@ -377,6 +379,81 @@ class RequestGuardMiddleware:
             return message
 
         await self.app(scope, bounded, send)
+
+
+_QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """The client named gzip (or x-gzip) with a weight above 0: "gzip;q=0" refuses it, and
+    "notgzip" is no gzip, where Starlette's test is a substring. An unreadable weight
+    counts as a refusal."""
+    for item in accept_encoding.split(","):
+        coding, _, params = item.partition(";")
+        if coding.strip().lower() not in ("gzip", "x-gzip"):
+            continue
+        weight = 1.0
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                value = value.strip()
+                weight = float(value) if _QVALUE.fullmatch(value) else 0.0
+        return weight > 0
+    return False
+
+
+class NegotiatedGZipMiddleware(GZipMiddleware):
+    """Starlette's gzip, for clients that accept it by RFC 9110's rules: the request's
+    Accept-Encoding is hidden from it when it only looks like gzip is welcome."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = scope.get("headers", ())
+            given = b",".join(v for k, v in headers if k == b"accept-encoding")
+            if b"gzip" in given.lower() and not accepts_gzip(given.decode("latin-1")):
+                kept = [(k, v) for k, v in headers if k != b"accept-encoding"]
+                scope = {**scope, "headers": kept}
+        await super().__call__(scope, receive, send)
+
+
+# What every answer carries unless its route said otherwise (pages set a full policy in
+# board/web/render.py): JSON and errors are never sniffed as HTML, framed or cached, and
+# nothing the board answers is kept by a shared cache. Static files keep their caching.
+BASELINE_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"cache-control", b"no-store"),
+)
+STATIC_BASELINE = BASELINE_HEADERS[:3]
+
+
+class BaselineHeadersMiddleware:
+    """Pure ASGI: adds the baseline headers an answer lacks (404s and 405s of no route,
+    the REST API, the agent routes), never replacing one a route chose."""
+
+    def __init__(self, app: ASGIApp, static_prefix: str = "/static/") -> None:
+        self.app = app
+        self.static_prefix = static_prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope.get("path", "")
+        baseline = STATIC_BASELINE if path.startswith(self.static_prefix) else BASELINE_HEADERS
+
+        async def send_with_baseline(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                present = {name.lower() for name, _ in headers}
+                missing = [(k, v) for k, v in baseline if k not in present]
+                if missing:
+                    message = {**message, "headers": [*headers, *missing]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_baseline)
 
 
 async def read_body(request: Request, limit: int) -> bytes:

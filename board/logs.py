@@ -26,7 +26,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # A token keeps its non-secret prefix (kind and public id), so a line still says whose.
-_TOKEN = re.compile(r"(gua_(?:agent|pat|enroll)_[0-9a-f]{8})_[A-Za-z0-9_\-]+")
+# Any kind (agent, pat, enroll, cal: a calendar feed's token travels in its URL's query).
+_TOKEN = re.compile(r"(gua_[a-z]+_[0-9a-f]{8})_[A-Za-z0-9_\-]+")
 _BEARER = re.compile(r"(?i)(bearer\s+)(?!gua_)[^\s'\",]+")
 _COOKIE = re.compile(r"(gua_session=)[^;\s'\"]+")
 

@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from board.audit.service import delete_expired as drop_expired_audit_events
 from board.db.urls import libpq_url
 from board.metrics.registry import maintenance_failures, maintenance_leader, maintenance_runs
+from board.partitions.compaction import compact_closed_days
 from board.partitions.maintenance import run_maintenance
 from board.rollups.daily import refresh_day_rollups
 from board.rollups.retention import drop_expired_rollups
@@ -66,6 +67,8 @@ async def maintain_once(process: MaintainedProcess) -> None:
                 retention_days=process.settings.raw_retention_days,
                 ahead_days=process.settings.partitions_ahead_days,
             )
+            # Closed days of raw history into one row per host and hour.
+            await compact_closed_days(conn)
             await drop_expired_rollups(conn)
             # The audit log is kept as long as the workspace's rollups (retention_days).
             await drop_expired_audit_events(conn)

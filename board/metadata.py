@@ -15,7 +15,7 @@ from board.db.base import Base
 from board.directory.models import DirectoryEntry
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
-from board.ingest.tables import gpu_samples, host_observations, process_samples
+from board.ingest.tables import host_observations
 from board.money.models import Price, WorkspaceCurrency
 from board.notices.models import (
     NoticeChannel,
@@ -25,13 +25,14 @@ from board.notices.models import (
     NoticeEvent,
     NoticeSnooze,
 )
+from board.reports.bodies import ReportBody
 from board.reservations.models import (
     CalendarFeedToken,
     Reservation,
     ReservationGpu,
     ReservationHourFigure,
 )
-from board.rollups.daily import GpuDayRollup, RollupDirtyDay, UserDayRollup
+from board.rollups.daily import GpuDayRollup, RollupDayVersion, RollupDirtyDay, UserDayRollup
 from board.rollups.models import GpuHourRollup, HostHourRollup, UserHourRollup
 from board.sso.models import SsoLogin
 
@@ -61,6 +62,8 @@ __all__ = [
     "Reservation",
     "ReservationGpu",
     "ReservationHourFigure",
+    "ReportBody",
+    "RollupDayVersion",
     "RollupDirtyDay",
     "SignInFailure",
     "SsoLogin",
@@ -70,7 +73,5 @@ __all__ = [
     "WebSessionRow",
     "Workspace",
     "WorkspaceCurrency",
-    "gpu_samples",
     "host_observations",
-    "process_samples",
 ]

@@ -349,7 +349,7 @@ async def host_archives(
         )
     ).all()
     return HostArchivesOut(
-        host_id=public_host_id,
+        host_id=str(host.public_id),  # as the board writes it, however it was asked
         archives=[object_view(o) for o in objects],
         backfills=[backfill_view(j) for j in jobs],
     )

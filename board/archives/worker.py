@@ -332,9 +332,8 @@ class Archives:
         end = start + timedelta(days=1, microseconds=2 * margin_us)
         rows = await self._execute(
             """
-            SELECT observed_at FROM host_observations
-            WHERE workspace_id = %(w)s AND host_id = %(h)s
-              AND observed_at >= %(start)s AND observed_at < %(end)s
+            SELECT observed_at FROM raw_observations(%(w)s, %(h)s, %(start)s, %(end)s)
+            WHERE observed_at < %(end)s
             ORDER BY observed_at
             """,
             {"w": job.workspace_id, "h": job.host_id, "start": start, "end": end},

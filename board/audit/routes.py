@@ -30,9 +30,9 @@ def audit_query(
         raise Unprocessable("'to' must be after 'from'.")
     before_id = None
     if cursor is not None:
-        if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19):
+        before_id = service.parse_cursor(cursor)
+        if before_id is None:
             raise Unprocessable("'cursor' must be the nextCursor of a previous page.")
-        before_id = int(cursor)
     return service.AuditQuery(since=since, until=until, limit=limit, before_id=before_id)
 
 

@@ -162,6 +162,18 @@ async def record_for_person(
     return len(workspace_ids)
 
 
+# Event ids are PostgreSQL bigints: a cursor past the largest is no page's (and a 500).
+MAX_CURSOR = 2**63 - 1
+
+
+def parse_cursor(cursor: str) -> int | None:
+    """A previous page's nextCursor as an event id, or None for anything else."""
+    if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19):
+        return None
+    value = int(cursor)
+    return value if value <= MAX_CURSOR else None
+
+
 @dataclass(frozen=True)
 class AuditQuery:
     """A bounded read: a time range, a page size, and where the previous page ended."""

@@ -101,6 +101,8 @@ ReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*ROLES))]
 
 async def member_context(session: AsyncSession, slug: str, user_id: int) -> WorkspaceContext:
     """A signed-in person (web session) in the workspace of the URL; not a member is 404."""
+    if "\x00" in slug:  # a form field, not the URL: no slug holds one (PostgreSQL text can't)
+        raise NotFound("No such workspace.")
     row = (
         await session.execute(
             select(Workspace, User.email, Membership.role)

@@ -8,14 +8,50 @@ import sys
 from board.cli import commands
 
 
+def port(text: str) -> int:
+    """A TCP port; the socket layer would otherwise wrap 99999 to another port silently."""
+    value = _whole(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {text!r}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400, not {text!r}")
+    return value
+
+
+def whole(text: str) -> int:
+    """0 or more, in plain ASCII digits (a few of them)."""
+    return _whole(text)
+
+
+def _whole(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gua-board", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="apply migrations, then serve the API and the board")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--port", type=port, default=8000)
+    serve.add_argument("--workers", type=at_least_one, default=1)
     serve.set_defaults(func=commands.serve)
 
     migrate = sub.add_parser("migrate", help="apply migrations to the configured database")
@@ -41,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--json", action="store_true")
     token.set_defaults(func=commands.issue_token)
 
-    parts = sub.add_parser("partitions", help="create and drop raw-history partitions now")
+    parts = sub.add_parser(
+        "partitions", help="create and drop raw-history partitions, compact closed days, now"
+    )
     parts.set_defaults(func=commands.partitions)
 
     rollups = sub.add_parser("rollups", help="hourly rollup maintenance")
@@ -54,9 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="serve with a demo workspace and simulated hosts")
     demo.add_argument("--host", default="127.0.0.1")
-    demo.add_argument("--port", type=int, default=8000)
-    demo.add_argument("--hosts", type=int, default=4, help="simulated hosts")
-    demo.add_argument("--interval", type=float, default=5.0, help="seconds between pushes")
+    demo.add_argument("--port", type=port, default=8000)
+    demo.add_argument("--hosts", type=whole, default=4, help="simulated hosts")
+    demo.add_argument(
+        "--interval", type=positive_seconds, default=5.0, help="seconds between pushes"
+    )
     demo.set_defaults(func=commands.demo)
 
     remove = sub.add_parser(

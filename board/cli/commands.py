@@ -10,7 +10,7 @@ import logging.config
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -100,10 +100,21 @@ def create_workspace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _password_from_stdin() -> str:
+    """One line of UTF-8 text from stdin; anything else is refused, never a traceback."""
+    line = sys.stdin.buffer.readline()
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CommandError("the password on stdin must be UTF-8 text") from None
+
+
 def create_user(args: argparse.Namespace) -> int:
     from board.workspaces import service
 
-    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else None
+    password = _password_from_stdin() if args.password_stdin else None
 
     async def run(session: AsyncSession) -> service.NewMember:
         workspace = await service.get_workspace(session, args.workspace)
@@ -142,7 +153,12 @@ def issue_token(args: argparse.Namespace) -> int:
             session,
             workspace.id,
             display_name=args.display_name,
-            expires_in_hours=args.expires_in or settings.enrollment_token_ttl_hours,
+            # Only a missing option means the default: 0 is refused, as the API refuses it.
+            expires_in_hours=(
+                args.expires_in
+                if args.expires_in is not None
+                else settings.enrollment_token_ttl_hours
+            ),
         )
 
     issued = _in_session(run)
@@ -166,23 +182,29 @@ def partitions(_: argparse.Namespace) -> int:
     import psycopg
 
     from board.db.urls import libpq_url
-    from board.partitions.maintenance import run_maintenance
+    from board.partitions.compaction import CompactionResult, compact_closed_days
+    from board.partitions.maintenance import MaintenanceResult, run_maintenance
 
     settings = _settings()
     url = libpq_url(resolve_database_url(settings))
 
-    async def run() -> Any:
+    async def run() -> tuple[MaintenanceResult, CompactionResult]:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            return await run_maintenance(
+            made = await run_maintenance(
                 conn,
                 retention_days=settings.raw_retention_days,
                 ahead_days=settings.partitions_ahead_days,
             )
+            return made, await compact_closed_days(conn)
 
-    result = asyncio.run(run())
+    result, compacted = asyncio.run(run())
     print(f"partitions created: {len(result.created)}, dropped: {len(result.dropped)}")
     for name in result.dropped:
         print(f"  dropped {name}")
+    print(
+        f"compacted: {compacted.observations} observations of {len(compacted.days)} closed "
+        f"days into {compacted.hours} host hours"
+    )
     return 0
 
 
@@ -266,7 +288,7 @@ def set_password(args: argparse.Namespace) -> int:
     from board.auth.passwords import hash_password
     from board.workspaces import service
 
-    password = sys.stdin.readline().rstrip("\n")
+    password = _password_from_stdin()
     if not 8 <= len(password) <= 1024:
         raise CommandError("a password must be 8 to 1024 characters")
 

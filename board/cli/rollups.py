@@ -11,14 +11,16 @@ import argparse
 import asyncio
 import sys
 import zoneinfo
+from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 
 from board.db.urls import libpq_url, resolve_database_url
 from board.errors import DomainError
 from board.reports.params import parse_bound
-from board.reservations.rebuild import rebuild_figure_days
-from board.rollups.rebuild import HOUR, raw_span, rebuild_days
+from board.reservations.rebuild import FigureRebuild, rebuild_figures
+from board.rollups.rebuild import HOUR, RebuildResult, raw_span, rebuild
 from board.settings import Settings
 
 _UTC = zoneinfo.ZoneInfo("UTC")
@@ -55,13 +57,33 @@ async def _rebuild(args: argparse.Namespace, url: str) -> int:
         if end <= start:
             sys.stdout.write("nothing to rebuild in that window\n")
             return 0
-        total = await rebuild_days(conn, span.workspace_id, start, end)
-        # The reservation figures are credited from the same samples: rebuilt alike.
-        figures = await rebuild_figure_days(conn, span.workspace_id, start, end)
+        total, figures = await _rebuild_days(conn, span.workspace_id, start, end)
         sys.stdout.write(
             f"rebuilt {args.workspace} from {start.isoformat()} to {end.isoformat()}: "
             f"{total.observations} observations on {total.hosts} hosts, "
             f"{total.gpu_rows} GPU-hour and {total.user_rows} user-hour rows, "
-            f"{figures.rows} reservation-hour rows\n"
+            f"{figures.rows} reservation-hour rows and {figures.booked_hours} booked GPU hours\n"
         )
         return 0
+
+
+async def _rebuild_days(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, start: datetime, end: datetime
+) -> tuple[RebuildResult, FigureRebuild]:
+    """The rollups and then the reservation figures of [start, end), one UTC day per
+    transaction (a transaction holds the host locks for seconds, not the whole replay).
+
+    Both in one transaction: the rollups' rebuild re-inserts the GPU-hour rows, whose
+    booked sums (a booking's whole hours) only the figures' rebuild writes again, so
+    nobody ever reads a day between the two.
+    """
+    total, figures = RebuildResult(), FigureRebuild()
+    day = start
+    while day < end:
+        stop = min(day.replace(hour=0) + timedelta(days=1), end)
+        async with conn.transaction():
+            total.add(await rebuild(conn, workspace_id, day, stop))
+            # The reservation figures are credited from the same samples: rebuilt alike.
+            figures.add(await rebuild_figures(conn, workspace_id, day, stop))
+        day = stop
+    return total, figures

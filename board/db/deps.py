@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends
 from psycopg_pool import AsyncConnectionPool
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import HTTPConnection
 
 from board.db.engine import session_scope
@@ -32,3 +32,12 @@ async def get_pool(connection: HTTPConnection) -> AsyncConnectionPool[Any]:
 
 
 PoolDep = Annotated[AsyncConnectionPool[Any], Depends(get_pool)]
+
+
+async def get_sessionmaker(connection: HTTPConnection) -> async_sessionmaker[AsyncSession]:
+    """For work after the request's own session ended (a long stream's re-checks)."""
+    sessions: async_sessionmaker[AsyncSession] = connection.app.state.runtime.sessions
+    return sessions
+
+
+SessionMakerDep = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessionmaker)]

@@ -14,7 +14,12 @@ LINUX_USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,62}\$?$"
 Team = Annotated[
     str,
     StringConstraints(
-        strip_whitespace=True, min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]*$"
+        strip_whitespace=True,
+        min_length=1,
+        max_length=100,
+        # No control characters, and no bidirectional overrides or isolates, which make a
+        # name read as another on the pages (Trojan Source, CVE-2021-42574).
+        pattern=r"^[^\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]*$",
     ),
 ]
 Email = Annotated[str, StringConstraints(min_length=3, max_length=320, pattern=r"^[^\x00]*$")]

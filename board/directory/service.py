@@ -51,10 +51,17 @@ async def entries(session: AsyncSession, workspace_id: int) -> list[DirectoryEnt
 
 
 def check_linux_user(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):  # match() lets "$" pass a trailing newline
         raise Unprocessable(
             f"{name[:80]!r} is not a Linux user name (letters, digits, '.', '_', '-', "
             "at most 64 characters)."
+        )
+    if name == UNKNOWN_USER:
+        # Linked to a member, a card held with no process named would count as that
+        # member's own use of their bookings (used, not conflict).
+        raise Unprocessable(
+            f"{UNKNOWN_USER!r} is the board's placeholder for a held card that names no "
+            "process; it is nobody's account."
         )
     return name
 

@@ -20,7 +20,8 @@ TokenState = Literal["active", "claimed", "revoked", "expired"]
 class IssueRequest(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, extra="forbid")
 
-    display_name: Annotated[str, Field(max_length=255)] | None = None
+    # PostgreSQL text cannot hold NUL: refused here, not by the database.
+    display_name: Annotated[str, StringConstraints(max_length=255, pattern=NO_NUL)] | None = None
     expires_in_hours: Annotated[float, Field(gt=0, le=720)] | None = None
 
 

@@ -35,6 +35,9 @@ async def issue(
 ) -> IssuedEnrollment:
     if not 0 < expires_in_hours <= 24 * 30:
         raise Unprocessable("expiresInHours must be more than 0 and at most 720 (30 days).")
+    # The page's form and the API both land here; PostgreSQL text cannot hold a NUL.
+    if display_name is not None and "\x00" in display_name:
+        raise Unprocessable("displayName must not contain NUL (\\u0000) characters.")
     issued = tokens.issue(tokens.ENROLL)
     expires_at = datetime.now(UTC) + timedelta(hours=expires_in_hours)
     session.add(

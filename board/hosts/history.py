@@ -1,5 +1,5 @@
 """A host's recent utilization and memory per GPU, averaged into short buckets from the
-raw samples (the host page's 6 h and 24 h charts; longer ranges read the hourly rollups
+raw history (the host page's 6 h and 24 h charts; longer ranges read the hourly rollups
 through the utilization report instead)."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 _RECENT = text(
     """
     SELECT g.gpu_index,
-           to_timestamp(floor(extract(epoch FROM g.observed_at) / :step) * :step) AS bucket,
+           to_timestamp(floor(extract(epoch FROM r.observed_at) / :step) * :step) AS bucket,
            avg(g.util_pct)::float8 AS util,
            avg(100.0 * g.memory_used_mb / nullif(g.memory_total_mb, 0))::float8 AS memory
-    FROM gpu_samples g
-    WHERE g.workspace_id = :ws AND g.host_id = :host
-      AND g.observed_at >= :start AND g.observed_at < :end
+    FROM raw_observations(:ws, :host, :start, :end) r
+    CROSS JOIN LATERAL unnest(r.gpu_index, r.gpu_util_pct, r.gpu_memory_used_mb,
+                              r.gpu_memory_total_mb)
+         AS g(gpu_index, util_pct, memory_used_mb, memory_total_mb)
+    WHERE r.observed_at < :end
     GROUP BY g.gpu_index, bucket
     ORDER BY g.gpu_index, bucket
     """

@@ -1,8 +1,8 @@
-"""Each host's newest GPUs and processes, read from the raw samples at its newest observation.
+"""Each host's newest GPUs and processes, read from the raw history at its newest observation.
 
 Ingest writes only the pointer (`hosts.latest_observed_at`); people read far less often
 than agents push, so the join happens here rather than a JSON copy on every push.
-A host silent for longer than the raw retention has no samples left: no GPUs shown.
+A host silent for longer than the raw retention has no observation left: no GPUs shown.
 """
 
 from __future__ import annotations
@@ -18,28 +18,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.hosts.schemas import GpuOut, ProcessOut
 from board.rollups.crediting import from_us
 
-_GPUS = text(
+# One row per host: its newest observation's GPU and process arrays (hot or compacted).
+_NEWEST = text(
     """
-    SELECT g.host_id, g.gpu_id, d.uuid, g.gpu_index, d.name, g.state, g.reported_state,
-           g.util_pct, g.memory_used_mb, g.memory_total_mb, g.temperature_c, g.power_w
+    SELECT h.id, r.gpu_id, r.gpu_index, r.gpu_state, r.gpu_reported_state, r.gpu_util_pct,
+           r.gpu_memory_used_mb, r.gpu_memory_total_mb, r.gpu_temperature_c, r.gpu_power_w,
+           r.process_gpu_id, r.process_pid, r.process_user, r.process_name, r.process_type,
+           r.process_memory_mb
     FROM hosts h
-    JOIN gpu_samples g ON g.workspace_id = h.workspace_id AND g.host_id = h.id
-                      AND g.observed_at = h.latest_observed_at
-    JOIN gpus d ON d.workspace_id = g.workspace_id AND d.id = g.gpu_id
+    CROSS JOIN LATERAL raw_observations(h.workspace_id, h.id, h.latest_observed_at,
+                                        h.latest_observed_at) r
     WHERE h.workspace_id = :ws AND h.id = ANY(:hosts)
-    ORDER BY g.host_id, g.gpu_index, g.gpu_id
     """
 )
 
-_PROCESSES = text(
-    """
-    SELECT p.host_id, p.gpu_id, p.pid, p.linux_user, p.name, p.type, p.memory_used_mb
-    FROM hosts h
-    JOIN process_samples p ON p.workspace_id = h.workspace_id AND p.host_id = h.id
-                          AND p.observed_at = h.latest_observed_at
-    WHERE h.workspace_id = :ws AND h.id = ANY(:hosts)
-    ORDER BY p.host_id, p.gpu_id, p.pid, p.linux_user, p.name
-    """
+_DEVICES = text(
+    "SELECT id, uuid, name FROM gpus WHERE workspace_id = :ws AND host_id = ANY(:hosts)"
 )
 
 
@@ -65,32 +59,46 @@ async def newest_gpus(
     `since`: gpu id -> stateSince (state_since of the hosts' rows)."""
     since = since or {}
     params = {"ws": workspace_id, "hosts": host_ids}
-    processes: dict[int, list[ProcessOut]] = defaultdict(list)
-    for _, gpu_id, pid, user, name, ptype, memory in await session.execute(_PROCESSES, params):
-        # model_construct: the database's own values, already of the right types; at
-        # fleet scale (2,400 GPUs, ~5,000 processes) validating each costs ~30 ms a page.
-        processes[gpu_id].append(
-            ProcessOut.model_construct(
-                pid=pid, linux_user=user, name=name, type=ptype, memory_used_mb=memory
-            )
-        )
+    devices = {
+        gpu_id: (uuid, name) for gpu_id, uuid, name in await session.execute(_DEVICES, params)
+    }
     gpus: dict[int, list[GpuOut]] = defaultdict(list)
-    for row in await session.execute(_GPUS, params):
-        host_id, gpu_id, uuid, index, name, state, reported, util, used, total, temp, power = row
-        gpus[host_id].append(
-            GpuOut.model_construct(
-                uuid=uuid,
-                index=index,
-                name=name,
-                usage_state=state,
-                reported_usage_state=reported,
-                state_since=since.get(gpu_id),
-                util_pct=util,
-                memory_used_mb=used,
-                memory_total_mb=total,
-                temperature_c=temp,
-                power_w=power,
-                processes=processes.get(gpu_id, []),
+    for host_id, *arrays in await session.execute(_NEWEST, params):
+        (gpu_ids, indexes, states, reported, utils, used, totals, temps, powers, *procs) = arrays
+        processes: dict[int, list[ProcessOut]] = defaultdict(list)
+        for gpu_id, pid, user, name, ptype, memory in sorted(
+            zip(*procs, strict=True), key=lambda p: (p[0], p[1], p[2], p[3])
+        ):
+            # model_construct: the database's own values, already of the right types; at
+            # fleet scale (2,400 GPUs, ~5,000 processes) validating each costs ~30 ms a page.
+            processes[gpu_id].append(
+                ProcessOut.model_construct(
+                    pid=pid, linux_user=user, name=name, type=ptype, memory_used_mb=memory
+                )
             )
+        rows = zip(
+            gpu_ids, indexes, states, reported, utils, used, totals, temps, powers, strict=True
         )
+        for gpu_id, index, state, reported_state, util, mem, total, temp, power in sorted(
+            rows, key=lambda g: (g[1], g[0])
+        ):
+            if gpu_id not in devices:
+                continue  # as the inner join to gpus did before
+            uuid, name = devices[gpu_id]
+            gpus[host_id].append(
+                GpuOut.model_construct(
+                    uuid=uuid,
+                    index=index,
+                    name=name,
+                    usage_state=state,
+                    reported_usage_state=reported_state,
+                    state_since=since.get(gpu_id),
+                    util_pct=util,
+                    memory_used_mb=mem,
+                    memory_total_mb=total,
+                    temperature_c=temp,
+                    power_w=power,
+                    processes=processes.get(gpu_id, []),
+                )
+            )
     return gpus

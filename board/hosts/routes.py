@@ -43,6 +43,7 @@ async def revoke_host(
     listener: RevocationListenerDep,
     address: ClientAddressDep,
 ) -> RevokedHostOut:
+    host_id = service.canonical_host_id(host_id)
     # Recorded first: revoke_host commits, and the entry must be in that transaction.
     await record(session, ctx, "host.revoked", target=host_id, address=address)
     host = await service.revoke_host(session, listener, ctx, host_id)

@@ -6,6 +6,7 @@ camelCase aliases, in declaration order: the field order here is the wire order.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from board.readmodels import IsoTime, ReadModel
@@ -98,3 +99,22 @@ class HostListOut(ReadModel):
 class RevokedHostOut(ReadModel):
     host_id: str
     revoked_at: IsoTime | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuNow:
+    """A GPU's newest state as the fleet page draws it: the model newest_gpus built, not
+    copied, with its compute holders and its availability beside it."""
+
+    gpu: GpuOut
+    holders: tuple[str, ...]
+    availability: Availability
+    reservation: ReservationOut | None
+
+
+@dataclass(frozen=True, slots=True)
+class HostNow:
+    """A host as the hosts API shows it, but its GPUs in `gpus` (`host.gpus` is empty)."""
+
+    host: HostOut
+    gpus: list[GpuNow]

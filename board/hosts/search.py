@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, get_args
 
-from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut
+from board.hosts.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
 
 SortKey = Literal["name", "idle_held", "util", "memory"]
 SORT_KEYS: tuple[str, ...] = get_args(SortKey)
@@ -32,6 +32,11 @@ def _gpu_text(gpu: AnyGpu) -> str:
     return "\n".join([gpu.name, gpu.uuid, *users]).casefold()
 
 
+def _gpu_now_text(gpu: GpuNow, with_processes: bool) -> str:
+    users = [p.linux_user for p in gpu.gpu.processes] if with_processes else []
+    return "\n".join([gpu.gpu.name, gpu.gpu.uuid, *users]).casefold()
+
+
 def search_hosts(hosts: list[HostOut], query: str) -> list[HostOut]:
     """The hosts (and, unless the host itself matches, the GPUs) the query names."""
     words = _words(query)
@@ -45,6 +50,28 @@ def search_hosts(hosts: list[HostOut], query: str) -> list[HostOut]:
             found.append(host)
         elif gpus:
             found.append(host.model_copy(update={"gpus": gpus}))
+    return found
+
+
+def search_fleet(hosts: list[HostNow], query: str, with_processes: bool) -> list[HostNow]:
+    """search_hosts for the fleet page's hosts (board.hosts.service.fleet_hosts): the same
+    matches; Linux users only for roles that may see processes (`with_processes`)."""
+    words = _words(query)
+    if not words:
+        return hosts
+    found: list[HostNow] = []
+    for host in hosts:
+        host_text = _host_text(host.host)
+        if all(w in host_text for w in words):
+            found.append(host)
+            continue
+        gpus = [
+            g
+            for g in host.gpus
+            if all(w in host_text or w in _gpu_now_text(g, with_processes) for w in words)
+        ]
+        if gpus:
+            found.append(HostNow(host.host, gpus))
     return found
 
 

@@ -8,14 +8,13 @@ needs that opener read back from the raw samples.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import psycopg
 
-from board.rollups.crediting import GpuTick, Tick, compute_holders, to_us
+from board.rollups.crediting import Tick, gpu_ticks, to_us
 
 
 class RawKey(NamedTuple):
@@ -46,11 +45,35 @@ async def neighbourhoods(
         SELECT p.host_id, p.t,
                EXISTS (SELECT 1 FROM host_observations o
                        WHERE o.workspace_id = p.ws AND o.host_id = p.host_id
-                         AND o.observed_at = p.t),
-               (SELECT max(o.observed_at) FROM host_observations o
-                WHERE o.workspace_id = p.ws AND o.host_id = p.host_id AND o.observed_at < p.t),
-               (SELECT min(o.observed_at) FROM host_observations o
-                WHERE o.workspace_id = p.ws AND o.host_id = p.host_id AND o.observed_at > p.t)
+                         AND o.observed_at = p.t)
+               OR EXISTS (SELECT 1 FROM observation_hours c
+                          WHERE c.workspace_id = p.ws AND c.host_id = p.host_id
+                            AND c.hour_start > p.t - interval '1 hour'
+                            AND c.hour_start <= p.t AND p.t = ANY (c.observed_ats)),
+               greatest(
+                   (SELECT max(o.observed_at) FROM host_observations o
+                    WHERE o.workspace_id = p.ws AND o.host_id = p.host_id
+                      AND o.observed_at < p.t),
+                   -- The last compacted hour that starts before t holds the newest
+                   -- compacted time before it, if any.
+                   (SELECT max(x)
+                    FROM (SELECT c.observed_ats FROM observation_hours c
+                          WHERE c.workspace_id = p.ws AND c.host_id = p.host_id
+                            AND c.hour_start < p.t AND c.first_at < p.t
+                          ORDER BY c.hour_start DESC LIMIT 1) s
+                    CROSS JOIN LATERAL unnest(s.observed_ats) x
+                    WHERE x < p.t)),
+               least(
+                   (SELECT min(o.observed_at) FROM host_observations o
+                    WHERE o.workspace_id = p.ws AND o.host_id = p.host_id
+                      AND o.observed_at > p.t),
+                   (SELECT min(x)
+                    FROM (SELECT c.observed_ats FROM observation_hours c
+                          WHERE c.workspace_id = p.ws AND c.host_id = p.host_id
+                            AND c.hour_start > p.t - interval '1 hour' AND c.last_at > p.t
+                          ORDER BY c.hour_start LIMIT 1) s
+                    CROSS JOIN LATERAL unnest(s.observed_ats) x
+                    WHERE x > p.t))
         FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS p(ws, host_id, t)
         """,
         [
@@ -73,16 +96,10 @@ async def load_ticks(
         return {}
     cur = await conn.execute(
         """
-        SELECT k.host_id, k.t, g.gpu_id, g.state, g.util_pct, g.memory_used_mb,
-               g.memory_total_mb,
-               (SELECT coalesce(array_agg(DISTINCT ps.linux_user), '{}')
-                FROM process_samples ps
-                WHERE ps.workspace_id = k.ws AND ps.host_id = k.host_id
-                  AND ps.observed_at = k.t AND ps.gpu_id = g.gpu_id AND ps.type = 'compute')
+        SELECT k.host_id, k.t, r.gpu_id, r.gpu_state, r.gpu_util_pct, r.gpu_memory_used_mb,
+               r.gpu_memory_total_mb, r.process_gpu_id, r.process_user, r.process_type
         FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS k(ws, host_id, t)
-        LEFT JOIN gpu_samples g
-               ON g.workspace_id = k.ws AND g.host_id = k.host_id AND g.observed_at = k.t
-        ORDER BY k.host_id, k.t, g.gpu_id
+        CROSS JOIN LATERAL raw_observations(k.ws, k.host_id, k.t, k.t) r
         """,
         [
             [k.workspace_id for k in keys],
@@ -90,13 +107,7 @@ async def load_ticks(
             [k.observed_at for k in keys],
         ],
     )
-    gpus: dict[PointKey, list[GpuTick]] = defaultdict(list)
-    for host_id, t, gpu_id, state, util, mem, total, users in await cur.fetchall():
-        bucket = gpus[(host_id, t)]
-        if gpu_id is not None:  # an error heartbeat has no GPU rows
-            holders = compute_holders((u, "compute") for u in users)
-            bucket.append(GpuTick(gpu_id, state, util, mem, total, holders))
     return {
-        (host_id, t): Tick(host_id=host_id, observed_us=to_us(t), gpus=tuple(ticks))
-        for (host_id, t), ticks in gpus.items()
+        (host_id, t): Tick(host_id, to_us(t), gpu_ticks(*arrays))
+        for host_id, t, *arrays in await cur.fetchall()
     }

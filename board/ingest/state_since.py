@@ -16,7 +16,6 @@ start (rare: a replaying agent, the first push after the upgrade).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -26,7 +25,7 @@ import psycopg
 
 from board.ingest.hostlock import LockedHost
 from board.ingest.normalize import decode_since, decode_tick, encode_tick
-from board.rollups.crediting import GpuTick, Tick, from_us, to_us
+from board.rollups.crediting import GpuTick, Tick, from_us, gpu_ticks, to_us
 
 # A run reaching back past the history read so far: its start is not known yet.
 RunStarts = dict[int, int | None]
@@ -98,12 +97,16 @@ async def keep_state_since(
             starts = advance(None, {}, ticks, host.max_gap_us)
             kept.newest[host_id] = encode_tick(ticks[-1], _known(starts))
             continue
-        if on_row is not None and not _reaches_a_run(late, on_row, latest_us, host.max_gap_us):
-            if fresh and host.latest_tick:
-                prev = decode_tick(host_id, latest_us, host.latest_tick)
-                starts = advance(prev, on_row, fresh, host.max_gap_us)
+        if on_row is not None and host.latest_tick:
+            prev = decode_tick(host_id, latest_us, host.latest_tick)
+            at_latest = await _restate(conn, host, prev, on_row, late) if late else on_row
+            if fresh:
+                starts = advance(prev, at_latest, fresh, host.max_gap_us)
                 kept.newest[host_id] = encode_tick(fresh[-1], _known(starts))
+            elif at_latest != on_row:
+                kept.restated.append((host.workspace_id, host_id, encode_tick(prev, at_latest)))
             continue
+        # A tick written before run starts were kept: once, from the raw history.
         newest, known = await _recompute(conn, host, ticks)
         encoded = encode_tick(newest, known)
         if fresh:
@@ -113,19 +116,154 @@ async def keep_state_since(
     return kept
 
 
+async def _restate(
+    conn: psycopg.AsyncConnection[Any],
+    host: LockedHost,
+    prev: Tick,
+    since: dict[int, int],
+    late: list[Tick],
+) -> dict[int, int]:
+    """The run starts at the host's newest stored tick `prev` once the `late` points (in
+    time order, all before it) are in; `since` are its starts before them.
+
+    Only what the late points touch is read, never the whole run: a late point long
+    before a run's start touches nothing; one inside a run that does not continue it
+    breaks the run, which then starts at the point after it (the newest such breaker
+    decides); one within maxSampleGap before a run's start that continues it may extend
+    the run back, and only then is the history read, backwards from that start to where
+    the run breaks. (A host with a month of one unbroken run made every late point
+    re-read the month: seconds and hundreds of MiB per push.)
+    """
+    gap = host.max_gap_us
+    keys = {g.gpu_id: run_key(g) for g in prev.gpus}
+    late_gpus = [(t.observed_us, {g.gpu_id: g for g in t.gpus}) for t in late]
+    starts = dict(since)
+    breaker: dict[int, int] = {}  # gpu_id -> the newest late point that breaks its run
+    extend: dict[int, int] = {}  # gpu_id -> its run start, which a late point may extend
+    for gpu_id, start in since.items():
+        key = keys.get(gpu_id)
+        if key is None:
+            continue
+        for at, gpus in late_gpus:
+            if at < start - gap:
+                continue
+            mine = gpus.get(gpu_id)
+            continues = mine is not None and run_key(mine) == key
+            if at >= start and not continues:
+                breaker[gpu_id] = at
+            elif at < start and continues:
+                extend[gpu_id] = start
+    if breaker:
+        following = await _points_after(conn, host, sorted(set(breaker.values())))
+        late_times = [at for at, _ in late_gpus]
+        for gpu_id, at in breaker.items():
+            candidates = [t for t in late_times if t > at]
+            # The stored point after it; the newest one, were the run not what it was.
+            candidates.append(following.get(at, prev.observed_us))
+            starts[gpu_id] = min(candidates)
+            extend.pop(gpu_id, None)
+    if extend:
+        starts.update(await _walk_back(conn, host, extend, keys, late_gpus))
+    return starts
+
+
+async def _points_after(
+    conn: psycopg.AsyncConnection[Any], host: LockedHost, points_us: list[int]
+) -> dict[int, int]:
+    """For each point inside a run, the stored observation right after it (within
+    maxSampleGap, as the run was unbroken there)."""
+    cur = await conn.execute(
+        """
+        SELECT b.t, (SELECT min(r.observed_at)
+                     FROM raw_observations(%s, %s, b.t + interval '1 microsecond',
+                                           b.t + %s * interval '1 microsecond') r)
+        FROM unnest(%s::timestamptz[]) AS b(t)
+        """,
+        [host.workspace_id, host.host_id, host.max_gap_us, [from_us(p) for p in points_us]],
+    )
+    return {to_us(t): to_us(nxt) for t, nxt in await cur.fetchall() if nxt is not None}
+
+
+# Observations read at a time when a run is followed back (memory per step, not per run).
+WALK_ROWS = 500
+
+
+async def _walk_back(
+    conn: psycopg.AsyncConnection[Any],
+    host: LockedHost,
+    starts: dict[int, int],
+    keys: Mapping[int, tuple[str, tuple[str, ...]]],
+    late_gpus: list[tuple[int, dict[int, GpuTick]]],
+) -> dict[int, int]:
+    """Each GPU's run followed back from its start `starts[gpu]` through the stored
+    history and the late points, a bounded step at a time, to where it breaks."""
+    gap = host.max_gap_us
+    cursor = dict(starts)  # the earliest point of each run followed so far
+    done: dict[int, int] = {}
+    hi = max(cursor.values())  # the step reads points before this, newest first
+    oldest = await _oldest_observation(conn, host)
+    # Late points older than every stored one are history too.
+    oldest_us = min([to_us(oldest) if oldest is not None else hi, *(at for at, _ in late_gpus)])
+    window = max(FIRST_WINDOW // timedelta(microseconds=1), 4 * gap)
+    while cursor:
+        stored = await _stored_before(conn, host, hi, window)
+        low = stored[-1][0] if len(stored) == WALK_ROWS else hi - window
+        points = sorted(
+            [*stored, *((at, gpus) for at, gpus in late_gpus if low <= at < hi)],
+            key=lambda p: p[0],
+            reverse=True,
+        )
+        for at, gpus in points:
+            for gpu_id, earliest in list(cursor.items()):
+                if at >= earliest:
+                    continue
+                mine = gpus.get(gpu_id)
+                if earliest - at <= gap and mine is not None and run_key(mine) == keys[gpu_id]:
+                    cursor[gpu_id] = at
+                else:
+                    done[gpu_id] = cursor.pop(gpu_id)
+        # Every point in [low, hi) was seen: a run with none within the gap before it
+        # starts where it is; so does every run once the history is read.
+        for gpu_id, earliest in list(cursor.items()):
+            if earliest - gap >= low or low <= oldest_us:
+                done[gpu_id] = cursor.pop(gpu_id)
+        hi = low
+    return done
+
+
+async def _stored_before(
+    conn: psycopg.AsyncConnection[Any], host: LockedHost, hi_us: int, window_us: int
+) -> list[tuple[int, dict[int, GpuTick]]]:
+    """The host's stored observations in [hi - window, hi), newest first, at most
+    WALK_ROWS of them, each GPU with its state and holders."""
+    cur = await conn.execute(
+        """
+        SELECT r.observed_at, r.gpu_id, r.gpu_state, r.process_gpu_id, r.process_user,
+               r.process_type
+        FROM raw_observations(%s, %s, %s, %s) r
+        WHERE r.observed_at < %s
+        ORDER BY r.observed_at DESC
+        LIMIT %s
+        """,
+        [
+            host.workspace_id,
+            host.host_id,
+            from_us(hi_us - window_us),
+            from_us(hi_us),
+            from_us(hi_us),
+            WALK_ROWS,
+        ],
+    )
+    found = []
+    for observed_at, gpu_ids, states, *processes in await cur.fetchall():
+        zeros = [0] * len(gpu_ids)
+        gpus = gpu_ticks(gpu_ids, states, zeros, zeros, zeros, *processes)
+        found.append((to_us(observed_at), {g.gpu_id: g for g in gpus}))
+    return found
+
+
 def _known(starts: RunStarts) -> dict[int, int]:
     return {gpu_id: at for gpu_id, at in starts.items() if at is not None}
-
-
-def _reaches_a_run(late: list[Tick], starts: dict[int, int], latest_us: int, gap: int) -> bool:
-    """Could one of the late points extend or break a current run?
-
-    A point more than maxSampleGap before every run's start touches none of them.
-    """
-    if not late:
-        return False
-    earliest_start = min(starts.values(), default=latest_us)
-    return max(t.observed_us for t in late) >= earliest_start - gap
 
 
 async def _recompute(
@@ -157,8 +295,14 @@ async def _recompute(
 
 async def _oldest_observation(conn: psycopg.AsyncConnection[Any], host: LockedHost) -> Any:
     cur = await conn.execute(
-        "SELECT min(observed_at) FROM host_observations WHERE workspace_id = %s AND host_id = %s",
-        [host.workspace_id, host.host_id],
+        """
+        SELECT least(
+            (SELECT min(observed_at) FROM host_observations
+             WHERE workspace_id = %(ws)s AND host_id = %(host)s),
+            (SELECT min(first_at) FROM observation_hours
+             WHERE workspace_id = %(ws)s AND host_id = %(host)s))
+        """,
+        {"ws": host.workspace_id, "host": host.host_id},
     )
     row = await cur.fetchone()
     return row[0] if row else None
@@ -169,32 +313,24 @@ async def _stored_ticks(
 ) -> list[Tick]:
     """The host's stored observations in (low, high], each GPU with its state and holders.
 
-    An observation without GPU rows (an error heartbeat) is kept: it breaks every run.
+    An observation without GPUs (an error heartbeat) is kept: it breaks every run.
     """
     cur = await conn.execute(
         """
-        SELECT o.observed_at, g.gpu_id, g.state,
-               (SELECT coalesce(array_agg(DISTINCT p.linux_user ORDER BY p.linux_user), '{}')
-                FROM process_samples p
-                WHERE p.workspace_id = o.workspace_id AND p.host_id = o.host_id
-                  AND p.observed_at = o.observed_at AND p.gpu_id = g.gpu_id
-                  AND p.type = 'compute')
-        FROM host_observations o
-        LEFT JOIN gpu_samples g
-               ON g.workspace_id = o.workspace_id AND g.host_id = o.host_id
-              AND g.observed_at = o.observed_at
-        WHERE o.workspace_id = %s AND o.host_id = %s
-          AND o.observed_at > %s AND o.observed_at <= %s
-        ORDER BY o.observed_at, g.gpu_id
+        SELECT r.observed_at, r.gpu_id, r.gpu_state, r.process_gpu_id, r.process_user,
+               r.process_type
+        FROM raw_observations(%s, %s, %s, %s) r
+        WHERE r.observed_at > %s
+        ORDER BY r.observed_at
         """,
-        [host.workspace_id, host.host_id, low, high],
+        [host.workspace_id, host.host_id, low, high, low],
     )
-    gpus: dict[int, list[GpuTick]] = defaultdict(list)
-    for observed_at, gpu_id, state, holders in await cur.fetchall():
-        bucket = gpus[to_us(observed_at)]
-        if gpu_id is not None:
-            bucket.append(GpuTick(gpu_id, state, 0, 0, 0, tuple(holders)))
-    return [Tick(host.host_id, us, tuple(g)) for us, g in gpus.items()]
+    ticks = []
+    for observed_at, gpu_ids, states, *processes in await cur.fetchall():
+        zeros = [0] * len(gpu_ids)  # runs need only the state and the holders
+        gpus = gpu_ticks(gpu_ids, states, zeros, zeros, zeros, *processes)
+        ticks.append(Tick(host.host_id, to_us(observed_at), gpus))
+    return ticks
 
 
 async def write_restated(conn: psycopg.AsyncConnection[Any], kept: KeptTicks) -> None:

@@ -199,7 +199,8 @@ async def _write_locked(
         if fresh:
             await insert_raw(conn, fresh, gpu_cache)
             workspace_of_host = {h.host_id: h.workspace_id for h in hosts.values()}
-            await upsert_rollup_delta(conn, workspace_of_host, delta)
+            # A booking's hours wholly inside it ride on the GPU-hour rows (no extra row).
+            await upsert_rollup_delta(conn, workspace_of_host, delta, booked.booked)
             await upsert_figures(conn, booked)
             await _advance_newest(conn, newest, kept)
             await write_restated(conn, kept)

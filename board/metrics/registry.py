@@ -58,6 +58,12 @@ notices_delivered = Counter(
     "gua_board_notices_delivered", "Notices delivered (e-mail or webhook).", ["channel"]
 )
 notices_failed = Counter("gua_board_notices_failed", "Notice deliveries that failed.", ["channel"])
+# stage: "detect" (a workspace's episodes) or "digest" (its daily digest); never a slug.
+notices_pass_failures = Counter(
+    "gua_board_notices_pass_failures",
+    "Notice passes over one workspace that failed (retried next pass), by stage.",
+    ["stage"],
+)
 maintenance_runs = Counter(
     "gua_board_maintenance_runs", "Maintenance runs this process made as the leader."
 )

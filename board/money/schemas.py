@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from board.readmodels import IsoTime, ReadModel
@@ -16,8 +17,21 @@ MAX_PRICES = 500
 GpuModel = Annotated[
     str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")
 ]
+# A decimal string in ASCII digits: Decimal() alone also reads "1_0" as 10 and "١" or
+# "１" (Arabic-Indic, full-width) as 1.
+_DECIMAL_TEXT = re.compile(r" *[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)? *", re.ASCII)
+
+
+def _plain_decimal(value: object) -> object:
+    if isinstance(value, str) and not _DECIMAL_TEXT.fullmatch(value):
+        raise ValueError("perGpuHour must be a number or a decimal string such as '2.10'")
+    return value
+
+
 PerGpuHour = Annotated[
-    Decimal, Field(ge=0, le=1_000_000, max_digits=13, decimal_places=6, allow_inf_nan=False)
+    Decimal,
+    BeforeValidator(_plain_decimal),
+    Field(ge=0, le=1_000_000, max_digits=13, decimal_places=6, allow_inf_nan=False),
 ]
 Day = Annotated[date, Field(ge=date(2000, 1, 1), le=date(2100, 12, 31))]
 

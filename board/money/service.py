@@ -4,10 +4,12 @@ A price holds from midnight of its `from` date in the workspace's zone (fixed wh
 stored) until the next price of the same GPU model. Costs already computed must never
 change, so once any price is in force the past is fixed:
 
-- a price whose day has begun (from <= today in the workspace's zone) stays as it is:
-  a PUT may send it again unchanged or leave it out, and it is kept either way; a PUT
-  that would change it, or add another price dated today or earlier, is a 409;
-- prices from tomorrow on are replaced by the ones the PUT sends;
+- a price whose day has begun (its stored `starts_at` has passed: the zone's midnight
+  when it was stored, so a later change of the workspace's zone cannot make it future
+  again) stays as it is: a PUT may send it again unchanged or leave it out, and it is
+  kept either way; a PUT that would change it, or add another price dated today or
+  earlier, is a 409;
+- prices that have not begun are replaced by the ones the PUT sends;
 - the currency may change only while no price is in force.
 
 Until the first price is in force, the whole list may be set freely (back-dated for
@@ -78,6 +80,7 @@ async def prices(session: AsyncSession, ctx: WorkspaceContext) -> PricesOut:
     today = today_in(zone)
     stored = await _stored(conn, ctx.workspace_id)
     currency = await _currency(conn, ctx.workspace_id)
+    now = datetime.now(UTC)
     shown = []
     for i, price in enumerate(stored):
         following = stored[i + 1] if i + 1 < len(stored) else None
@@ -90,7 +93,7 @@ async def prices(session: AsyncSession, ctx: WorkspaceContext) -> PricesOut:
                 from_=price.valid_from,
                 starts_at=price.starts_at,
                 until=until,
-                fixed=price.valid_from <= today,
+                fixed=price.starts_at <= now,
             )
         )
     return PricesOut(
@@ -124,38 +127,51 @@ async def put_prices(session: AsyncSession, ctx: WorkspaceContext, body: PricesI
         if key in sent:
             raise Unprocessable(f"prices lists {_label(*key)} twice.")
         sent[key] = entry.per_gpu_hour
-    fixed = {(p.gpu_model, p.valid_from): p for p in stored if p.valid_from <= today}
+    # Begun by the instant stored with it, not by its date in the zone as it is now: a
+    # workspace moved to a zone behind its old one must not make a begun price future.
+    now = datetime.now(UTC)
+    fixed = {(p.gpu_model, p.valid_from): p for p in stored if p.starts_at <= now}
     if fixed:
         if old_currency is not None and currency != old_currency:
             raise Conflict(
                 f"The currency is {old_currency} and prices in it are in force already; "
                 "it cannot change, or past costs would change with it."
             )
+        waiting = {(p.gpu_model, p.valid_from): p for p in stored if p.starts_at > now}
+        kept = dict(fixed)
         for key, per_hour in sent.items():
-            if key[1] > today:
+            found = fixed.get(key)
+            if found is None and key[1] <= today:
+                # Dated today in a zone moved ahead, stored before it began: kept as
+                # stored (its instant), when sent unchanged.
+                found = waiting.get(key)
+                if found is None or found.per_gpu_hour != per_hour:
+                    raise Conflict(
+                        f"{_label(*key)} would start on or before today ({today.isoformat()} "
+                        f"in {zone}); prices already in force are never rewritten, so a new "
+                        "price must start tomorrow or later."
+                    )
+                kept[key] = found
                 continue
-            kept = fixed.get(key)
-            if kept is None:
+            if found is None:
+                continue
+            if found.per_gpu_hour != per_hour:
                 raise Conflict(
-                    f"{_label(*key)} would start on or before today ({today.isoformat()} in "
-                    f"{zone}); prices already in force are never rewritten, so a new price "
-                    "must start tomorrow or later."
+                    f"{_label(*key)} is in force at {found.per_gpu_hour.normalize():f} per "
+                    "GPU-hour and cannot change; add a new price from tomorrow or later instead."
                 )
-            if kept.per_gpu_hour != per_hour:
-                raise Conflict(
-                    f"{_label(*key)} is in force at {kept.per_gpu_hour.normalize():f} per GPU-hour "
-                    "and cannot change; add a new price from tomorrow or later instead."
-                )
-        removable = "AND valid_from > %(today)s"
-        added = {k: v for k, v in sent.items() if k[1] > today}
+        dropped = [key for key in waiting if key not in kept]
+        added = {k: v for k, v in sent.items() if k not in kept}
     else:
-        removable = ""
+        dropped = [(p.gpu_model, p.valid_from) for p in stored]
         added = sent
-    cur = await conn.execute(
-        f"DELETE FROM prices WHERE workspace_id = %(ws)s {removable}",
-        {"ws": workspace_id, "today": today},
-    )
-    removed = cur.rowcount
+    if dropped:
+        async with conn.cursor() as delete:
+            await delete.executemany(
+                "DELETE FROM prices WHERE workspace_id = %s AND gpu_model = %s AND valid_from = %s",
+                [(workspace_id, model, day) for model, day in dropped],
+            )
+    removed = len(dropped)
     if added:
         async with conn.cursor() as insert:
             await insert.executemany(

@@ -23,9 +23,9 @@ from board.reports import repository as repo
 from board.reports import service as reports
 from board.reports.cost import Currency, amount_text, exact, workspace_currency
 from board.reports.csv import LINE_END, csv_cells
-from board.reports.params import Window, parse_window
+from board.reports.params import Window, local_day_hour, parse_window
 
-_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$", re.ASCII)  # "٢٠٢٦-١١" is no month here
 
 _LINES_SQL = f"""
     SELECT r.team, r.linux_user, r.gpu_model,
@@ -50,8 +50,10 @@ def parse_month(value: str | None, today: date) -> date:
 
 
 def month_window(first: date, zone: str) -> Window:
+    """The month from its first local midnight to the next, as report bounds on hours:
+    a date in a half-hour zone (Asia/Kolkata) is a 422 of the reports."""
     following = (first + timedelta(days=32)).replace(day=1)
-    return parse_window(first.isoformat(), following.isoformat(), zone)
+    return parse_window(local_day_hour(first, zone), local_day_hour(following, zone), zone)
 
 
 class StatementLine(ReadModel):

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.db.connection import report_connection
 from board.notices.detect import Seen, WorkspaceRow
 from board.notices.events import enqueue, iso
-from board.reports.params import parse_window
+from board.reports.params import local_day_hour, parse_window
 from board.reports.service import usage_report
 from board.reservations.report import build as reservation_report
 
@@ -46,7 +46,12 @@ def due(ws: WorkspaceRow, now: datetime) -> DigestDay | None:
 
 async def figures(session: AsyncSession, ws: WorkspaceRow, day: date) -> dict[str, Any]:
     """Idle-held GPU-hours per Linux user and reserved-but-idle GPU-hours per member."""
-    start, end = day.isoformat(), (day + timedelta(days=1)).isoformat()
+    # Hours, not dates: a date in a half-hour zone (Asia/Kolkata) is a 422 of the reports,
+    # and raised here it stopped every workspace's notice pass.
+    start, end = (
+        local_day_hour(day, ws.timezone),
+        local_day_hour(day + timedelta(days=1), ws.timezone),
+    )
     window = parse_window(start, end, ws.timezone)
     conn = await report_connection(session)
     usage = await usage_report(conn, ws.id, window, ("user",))

@@ -67,13 +67,20 @@ def text_body(body: dict[str, Any], snooze_url: str | None) -> str:
     )
 
 
+def one_line(text: str) -> str:
+    """A header value: every line break or other unprintable character (host and Linux
+    user names come from hosts) as a space; the mail library refuses a header with any
+    line break, so one would stop every mail about that GPU."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
 def email(
     body: dict[str, Any], sender: str, to: list[str], event_id: str, snooze_url: str | None
 ) -> EmailMessage:
     message = EmailMessage()
     message["From"] = sender
     message["To"] = ", ".join(to)
-    message["Subject"] = headline(body)[:200]
+    message["Subject"] = one_line(headline(body))[:200]
     message["Message-ID"] = make_msgid(idstring=event_id.replace("-", ""))
     # The event id lets a mail filter, or a person, match a repeat to its first copy.
     message["X-Gua-Event-Id"] = event_id

@@ -19,8 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from cryptography.exceptions import InvalidTag
 from standardwebhooks import Webhook
 
+from board.auth.emails import mailable
 from board.metrics.registry import notices_delivered, notices_failed
 from board.notices import messages
 from board.notices.sealing import unseal
@@ -45,7 +47,12 @@ _CLAIM = """
 
 _CLAIMED = """
     SELECT d.workspace_id, d.id, d.attempts, d.kind, d.recipient, e.id, e.body, e.gpu_id,
-           c.url, c.sealed_url, c.sealed_secret, c.emails, c.deleted_at
+           c.url, c.sealed_url, c.sealed_secret, c.emails, c.deleted_at,
+           -- a person (not a channel) no longer in the workspace gets nothing more of it
+           (d.channel_id IS NULL AND NOT EXISTS (
+               SELECT 1 FROM memberships m JOIN users u ON u.id = m.user_id
+               WHERE m.workspace_id = d.workspace_id AND u.email = d.recipient
+           )) AS person_left
     FROM notice_deliveries d
     JOIN notice_events e ON e.id = d.event_id
     LEFT JOIN notice_channels c ON c.workspace_id = d.workspace_id AND c.id = d.channel_id
@@ -68,6 +75,7 @@ class Claimed:
     sealed_secret: bytes | None
     emails: list[str]
     channel_removed: bool
+    person_left: bool = False
 
 
 async def claim(conn: psycopg.AsyncConnection[Any], limit: int, lease: float) -> list[Claimed]:
@@ -89,7 +97,7 @@ async def claim(conn: psycopg.AsyncConnection[Any], limit: int, lease: float) ->
         gpu_id,
         *channel,
     ) in await cur.fetchall():
-        url, sealed_url, sealed_secret, emails, deleted_at = channel
+        url, sealed_url, sealed_secret, emails, deleted_at, person_left = channel
         found.append(
             Claimed(
                 ws,
@@ -105,6 +113,7 @@ async def claim(conn: psycopg.AsyncConnection[Any], limit: int, lease: float) ->
                 sealed_secret,
                 list(emails or []),
                 deleted_at is not None,
+                bool(person_left),
             )
         )
     return found
@@ -126,27 +135,41 @@ def signed_headers(secret: str, event_id: str, payload: str) -> dict[str, str]:
     }
 
 
+# A channel sealed under another secret key (docs/notices.md: add it again).
+RESEALED = (
+    "The channel was sealed under another secret key (GUA_BOARD_SECRET_KEY changed); "
+    "remove it and add it again."
+)
+
+
 async def attempt(settings: Settings, delivery: Claimed) -> Outcome:
     """One try at one delivery, by its kind."""
     if delivery.channel_removed:
         return Outcome(False, response="The channel was removed.")
+    if delivery.person_left:
+        return Outcome(False, response="The person is no longer a member of this workspace.")
     secret_key = settings.resolved_secret_key()
     event_id = str(delivery.event_id)
     timeout = settings.notices_timeout_seconds
     allow = settings.allow_insecure_webhooks
+    sealed = delivery.sealed_secret if delivery.kind == "webhook" else delivery.sealed_url
+    try:
+        opened = unseal(secret_key, sealed) if sealed is not None else None
+    except InvalidTag:
+        return Outcome(False, response=RESEALED)
     if delivery.kind == "webhook":
         assert delivery.url is not None
-        assert delivery.sealed_secret is not None
+        assert opened is not None
         payload = json.dumps(delivery.body, separators=(",", ":"))
-        headers = signed_headers(unseal(secret_key, delivery.sealed_secret), event_id, payload)
+        headers = signed_headers(opened, event_id, payload)
         return await post_json(
             delivery.url, payload.encode(), headers, allow_insecure=allow, timeout=timeout
         )
     if delivery.kind == "slack":
-        assert delivery.sealed_url is not None
+        assert opened is not None
         message = messages.slack(delivery.body, snooze_url(settings, delivery))
         return await post_json(
-            unseal(secret_key, delivery.sealed_url),
+            opened,
             json.dumps(message).encode(),
             {},
             allow_insecure=allow,
@@ -155,6 +178,11 @@ async def attempt(settings: Settings, delivery: Claimed) -> Outcome:
     if settings.smtp_url is None:
         return Outcome(False, response="No mail server is configured (GUA_BOARD_SMTP_URL).")
     to = delivery.emails if delivery.recipient.startswith("channel:") else [delivery.recipient]
+    # An address stored before the channel rule (or a member's) that mail would read as
+    # another address, or as none, is left out rather than mailed elsewhere.
+    to = [address for address in to if mailable(address)]
+    if not to:
+        return Outcome(False, response="No address here is one mail can go to as written.")
     mail = messages.email(
         delivery.body, settings.mail_from, to, event_id, snooze_url(settings, delivery)
     )

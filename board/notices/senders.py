@@ -5,13 +5,15 @@ HTTP: the name is resolved and every address checked (board.notices.urls) before
 connection, which then goes to the checked address (TLS still verifies the name), so a
 name cannot be pointed at a private address between the check and the send. Redirects
 are not followed, the whole attempt has a deadline, and at most RESPONSE_READ bytes of
-the answer are read, of which RESPONSE_KEPT characters are kept for the admin page.
+the answer are read as sent (never decompressed: a tiny gzip bomb would decode to
+gigabytes), of which RESPONSE_KEPT characters are kept for the admin page.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +29,22 @@ from board.notices.urls import UrlRefused, parse_target, resolve
 RESPONSE_READ = 64 * 1024
 RESPONSE_KEPT = 500
 MAX_DELAY_SECONDS = 3600.0
+
+
+class _HostOnly(logging.Filter):
+    """httpx logs each request's URL at INFO; a Slack URL's path is its credential and a
+    webhook's query may hold one, so its line keeps the scheme and host only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 2 and isinstance(args[1], httpx.URL):
+            url = args[1]
+            record.args = (args[0], f"{url.scheme}://{url.netloc.decode('ascii')}/…", *args[2:])
+        return True
+
+
+if not any(isinstance(f, _HostOnly) for f in logging.getLogger("httpx").filters):
+    logging.getLogger("httpx").addFilter(_HostOnly())
 
 
 @dataclass(frozen=True)
@@ -48,7 +66,7 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²" and "١٢" are digits to str, not HTTP
         return min(float(value), MAX_DELAY_SECONDS)
     try:
         when = parsedate_to_datetime(value)
@@ -80,9 +98,17 @@ async def post_json(
         return Outcome(False, retry="resolve" in str(exc), response=shown(str(exc)))
     literal = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
     default_port = 443 if target.scheme == "https" else 80
-    host_header = target.host if target.port == default_port else f"{target.host}:{target.port}"
+    named = f"[{target.host}]" if ":" in target.host else target.host  # an IPv6 literal
+    host_header = named if target.port == default_port else f"{named}:{target.port}"
     pinned = f"{target.scheme}://{literal}:{target.port}{target.path}"
-    sent_headers = {**headers, "Host": host_header, "Content-Type": "application/json"}
+    # The answer is read as sent, never decoded: a few hundred bytes gzipped twice (or
+    # more) decode to gigabytes in one read. Identity is asked for; whatever comes is raw.
+    sent_headers = {
+        **headers,
+        "Host": host_header,
+        "Content-Type": "application/json",
+        "Accept-Encoding": "identity",
+    }
     try:
         async with (
             # httpx's timeout bounds each read; this bounds the whole attempt (a trickle).
@@ -97,7 +123,7 @@ async def post_json(
             ) as answer,
         ):
             read = b""
-            async for chunk in answer.aiter_bytes():
+            async for chunk in answer.aiter_raw():
                 read += chunk
                 if len(read) >= RESPONSE_READ:
                     break
@@ -155,6 +181,9 @@ async def send_mail(server: SmtpServer, message: EmailMessage, timeout: float) -
                 start_tls=False if server.tls else None,
                 timeout=timeout,
             )
+    except ValueError as exc:
+        # An address the mail library cannot put in an envelope: no retry will help.
+        return Outcome(False, False, response=shown(f"Not an address mail can go to: {exc}"))
     except aiosmtplib.SMTPRecipientsRefused as exc:
         return Outcome(False, False, response=shown(f"Recipients refused: {exc}"))
     except aiosmtplib.SMTPResponseException as exc:

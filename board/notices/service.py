@@ -12,14 +12,14 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth.deps import WorkspaceContext
+from board.auth.emails import mailable, plausible_email
 from board.errors import Conflict, NotFound, Unprocessable
 from board.notices.events import DEFAULT_EVENTS, EVENT_TYPES, TEST_TYPE, enqueue
 from board.notices.models import NoticeChannel, NoticeDelivery, NoticeEvent
 from board.notices.schemas import ChannelIn, ChannelOut, CreatedChannel, DeliveryOut, QueuedTest
 from board.notices.sealing import seal
-from board.notices.urls import check_channel_url
+from board.notices.urls import check_channel_url, redacted_url
 from board.settings import Settings
-from board.workspaces.service import plausible_email
 
 MAX_CHANNELS = 50
 DELIVERIES_SHOWN = 200
@@ -28,7 +28,7 @@ DELIVERIES_SHOWN = 200
 def _shown_url(channel: NoticeChannel) -> str | None:
     if channel.kind == "slack":
         return f"https://{urlsplit(channel.url or '').hostname or '…'}/…"
-    return channel.url
+    return redacted_url(channel.url) if channel.url else channel.url
 
 
 def channel_view(channel: NoticeChannel) -> ChannelOut:
@@ -58,7 +58,7 @@ def _emails(sent: list[str] | None) -> list[str]:
     cleaned = sorted({e.strip().lower() for e in sent or []})
     if not cleaned:
         raise Unprocessable("emails: an email channel needs at least one address.")
-    bad = [e for e in cleaned if not plausible_email(e)]
+    bad = [e for e in cleaned if not (plausible_email(e) and mailable(e))]
     if bad:
         raise Unprocessable(f"emails: {bad[0][:320]!r} is not an email address.")
     return cleaned

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -17,6 +18,16 @@ from board.errors import Unprocessable
 
 MAX_URL_LENGTH = 2000
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+# The authority's userinfo: everything up to its last "@" before the path, query or fragment.
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)[^/?#]*@")
+
+
+def redacted_url(url: str) -> str:
+    """A URL as shown or logged: any `user:pass@` replaced by `***@` (channels made
+    before the rule below may hold one); deliveries use the stored URL."""
+    return _USERINFO.sub(r"\1***@", url, count=1)
 
 
 class UrlRefused(Exception):
@@ -47,6 +58,12 @@ def parse_target(url: str, allow_insecure: bool) -> Target:
         raise UrlRefused("The URL names no host.")
     if parts.username is not None or parts.password is not None:
         raise UrlRefused("The URL must not carry a user name or password.")
+    try:
+        # What getaddrinfo does with a name first: an empty label, one over 63
+        # characters or a lone surrogate raised UnicodeError there (a 500).
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        raise UrlRefused("The URL's host name is not a valid name.") from None
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     default = 443 if parts.scheme == "https" else 80
     return Target(parts.scheme, parts.hostname, port or default, path)
@@ -55,8 +72,13 @@ def parse_target(url: str, allow_insecure: bool) -> Target:
 def address_allowed(address: IpAddress, allow_insecure: bool) -> bool:
     if allow_insecure:
         return not (address.is_multicast or address.is_unspecified)
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.is_site_local:  # fec0::/10, the private range IPv6 had first
+            return False
+        # An IPv4 address carried inside (mapped, or 6to4) is the one to judge.
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is not None:
+            address = embedded
     return address.is_global and not (
         address.is_private
         or address.is_loopback

@@ -16,8 +16,15 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from board.metrics.registry import notices_pass_failures
 from board.notices import outbox
-from board.notices.detect import PassResult, detect_workspace, try_lock, workspaces
+from board.notices.detect import (
+    PassResult,
+    WorkspaceRow,
+    detect_workspace,
+    try_lock,
+    workspaces,
+)
 from board.notices.digest import send_if_due
 from board.notices.senders import Outcome
 from board.settings import Settings
@@ -55,15 +62,40 @@ class Notices:
             found = await workspaces(session)
         results: dict[str, PassResult] = {}
         for ws in found:
-            async with self.sessions() as session, session.begin():
-                if not await try_lock(session, ws.id):
-                    continue
-                result = await detect_workspace(
-                    session, ws, now, public_url=self.settings.public_url, mail=self.mail
+            # Each workspace is its own unit: one whose data or settings make the pass
+            # raise is logged, counted and retried next pass; the others still get theirs.
+            try:
+                result = await self._detect_workspace(ws, now)
+            except Exception:
+                notices_pass_failures.labels(stage="detect").inc()
+                log.exception(
+                    "notices: the pass over workspace %d failed; next pass retries", ws.id
                 )
-                await send_if_due(session, ws, result.seen, now, mail=self.mail)
+                continue
+            if result is not None:
                 results[ws.slug] = result
         return results
+
+    async def _detect_workspace(self, ws: WorkspaceRow, now: datetime) -> PassResult | None:
+        """One workspace's episodes and digest in one transaction; None if another
+        process is looking at it."""
+        async with self.sessions() as session, session.begin():
+            if not await try_lock(session, ws.id):
+                return None
+            result = await detect_workspace(
+                session, ws, now, public_url=self.settings.public_url, mail=self.mail
+            )
+            # A digest that cannot be made must not cost the workspace its episodes'
+            # notices: a savepoint, rolled back alone (its day stays untaken: retried).
+            try:
+                async with session.begin_nested():
+                    await send_if_due(session, ws, result.seen, now, mail=self.mail)
+            except Exception:
+                notices_pass_failures.labels(stage="digest").inc()
+                log.exception(
+                    "notices: the digest of workspace %d failed; next pass retries", ws.id
+                )
+            return result
 
     async def deliver_due(self) -> int:
         """Claim a batch of due deliveries and send them at once; how many were tried."""

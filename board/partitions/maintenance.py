@@ -18,8 +18,10 @@ from psycopg import sql
 
 log = logging.getLogger(__name__)
 
-# The raw history's tables (defined in board/ingest/tables.py), partitioned by day here.
-PARTITIONED_TABLES = ("host_observations", "gpu_samples", "process_samples")
+# The raw history's hot rows (board/ingest/tables.py), partitioned by day here. Its
+# compacted hours (observation_hours) are one row per host and hour, few enough for one
+# table: retention deletes them below, and queries over both plan one partitioned side.
+PARTITIONED_TABLES = ("host_observations",)
 
 _CHILD = re.compile(r"^(?P<parent>[a-z_]+)_p(?P<day>\d{8})$")
 # Serializes maintenance across board processes sharing one database.
@@ -40,6 +42,7 @@ def window_days(today: date, retention_days: int, ahead_days: int) -> list[date]
 class MaintenanceResult:
     created: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    compacted_hours_deleted: int = 0  # observation_hours rows past retention
 
 
 async def existing_partitions(conn: psycopg.AsyncConnection[Any]) -> dict[str, set[date]]:
@@ -107,7 +110,8 @@ async def run_maintenance(
     ahead_days: int,
     today: date | None = None,
 ) -> MaintenanceResult:
-    """Create the window's partitions, drop those wholly past retention; rollups untouched.
+    """Create the window's partitions, drop those wholly past retention (and the compacted
+    hours of those days); rollups untouched.
 
     Runs in autocommit mode; an advisory lock keeps two board processes from racing.
     """
@@ -132,6 +136,11 @@ async def run_maintenance(
                         sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name))
                     )
                     result.dropped.append(name)
+        cur = await conn.execute(
+            "DELETE FROM observation_hours WHERE hour_start < %s",
+            [datetime(oldest_kept.year, oldest_kept.month, oldest_kept.day, tzinfo=UTC)],
+        )
+        result.compacted_hours_deleted = cur.rowcount
     finally:
         await conn.execute("SELECT pg_advisory_unlock(%s)", [MAINTENANCE_LOCK_KEY])
     if result.created or result.dropped:

@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import cached_property
 
 from board.errors import Unprocessable
+from board.zones import iana_zone
 
 MAX_WINDOW_DAYS = 400
 USAGE_KEYS = ("user", "team", "host", "gpu", "day")
@@ -22,13 +23,20 @@ UTILIZATION_GROUPS = ("host", "gpu")
 BUCKETS = ("hour", "day")
 FORMATS = ("json", "csv")
 
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# ASCII digits only; an offset's minutes are 00-59 (Python reads "+14:60" as +15:00).
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 _TIME = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[T ]\d{2}(:\d{2}(:\d{2}(\.\d{1,6})?)?)?(?P<offset>Z|[+-]\d{2}(:?\d{2})?)?$"
+    r"^\d{4}-\d{2}-\d{2}[T ]\d{2}(:\d{2}(:\d{2}(\.\d{1,6})?)?)?"
+    r"(?P<offset>Z|[+-]\d{2}(:?[0-5]\d)?)?$",
+    re.ASCII,
 )
 # "+01:00" in a query string that was not percent-encoded arrives as " 01:00".
-_UNENCODED_PLUS = re.compile(r"^(?P<time>.+T[\d:.]+) (?P<offset>\d{2}(:?\d{2})?)$")
+_UNENCODED_PLUS = re.compile(r"^(?P<time>.+T[\d:.]+) (?P<offset>\d{2}(:?\d{2})?)$", re.ASCII)
 HOUR = timedelta(hours=1)
+# The instants a report bound may name: the years around any real data, with room for
+# the day and zone arithmetic of the reports (a year-1 or year-9999 bound overflows it).
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Universal", "Zulu", "Etc/Zulu"})
 
 
@@ -79,11 +87,14 @@ class Window:
         return (d0, d1) if d0 < d1 else (self.start, self.start)
 
 
+DEFAULT_ZONE = "UTC"
+
+
 def parse_zone(name: str | None) -> tuple[str, zoneinfo.ZoneInfo]:
-    name = "UTC" if name is None or name == "" else name
+    name = DEFAULT_ZONE if name is None or name == "" else name
     try:
-        return name, zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return name, iana_zone(name)
+    except ValueError:
         raise Unprocessable(
             f"tz {name!r} is not an IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)."
         ) from None
@@ -102,7 +113,11 @@ def parse_bound(label: str, value: str | None, tz_name: str, tz: zoneinfo.ZoneIn
             day = date.fromisoformat(value)
         except ValueError:
             raise Unprocessable(f"{label} {value!r} is not a real date.") from None
-        moment = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
+        try:
+            moment = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
+        except OverflowError:
+            raise _out_of_range(label, value) from None
+        _check_range(label, value, moment)
         if moment.minute or moment.second:
             raise Unprocessable(
                 f"{label} {value} is midnight in {tz_name}, which is {moment.isoformat()} and "
@@ -128,6 +143,9 @@ def parse_bound(label: str, value: str | None, tz_name: str, tz: zoneinfo.ZoneIn
         moment = datetime.fromisoformat(value).astimezone(UTC)
     except ValueError:
         raise Unprocessable(f"{label} {value!r} is not a real time.") from None
+    except OverflowError:
+        raise _out_of_range(label, value) from None
+    _check_range(label, value, moment)
     if moment.minute or moment.second or moment.microsecond:
         raise Unprocessable(
             f"{label} {value} is not on a whole hour ({moment.isoformat()} in UTC); reports "
@@ -135,6 +153,18 @@ def parse_bound(label: str, value: str | None, tz_name: str, tz: zoneinfo.ZoneIn
             f"{moment.replace(minute=0, second=0, microsecond=0).isoformat()}."
         )
     return moment
+
+
+def _out_of_range(label: str, value: str) -> Unprocessable:
+    return Unprocessable(
+        f"{label} {value!r} is out of range; a report covers times from "
+        f"{EARLIEST.date().isoformat()} to {LATEST.date().isoformat()}."
+    )
+
+
+def _check_range(label: str, value: str, moment: datetime) -> None:
+    if not EARLIEST <= moment <= LATEST:
+        raise _out_of_range(label, value)
 
 
 def parse_window(from_: str | None, to: str | None, tz: str | None) -> Window:
@@ -153,6 +183,14 @@ def parse_window(from_: str | None, to: str | None, tz: str | None) -> Window:
             f"The window is {wall.days} days long; a report covers at most {MAX_WINDOW_DAYS} days."
         )
     return Window(start=start, end=end, tz_name=tz_name, tz=zone)
+
+
+def local_day_hour(day: date, zone: str) -> str:
+    """A local date's midnight as a report bound: exact in a whole-hour zone, floored to
+    the UTC hour in a half-hour one (Asia/Kolkata), where the date itself is a 422."""
+    _, tz = parse_zone(zone)
+    moment = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
+    return moment.replace(minute=0, second=0, microsecond=0).isoformat()
 
 
 def require_whole_hour_days(window: Window) -> None:

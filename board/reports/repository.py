@@ -289,14 +289,16 @@ FIGURES = ("covered", "active", "idle_held", "idle", "util_pct", "memory_pct")
 
 def _figures(c: str, a: str, ih: str, i: str, u: str, mu: str, mt: str) -> str:
     """Hours rounded half up to millionths in integer arithmetic (as service.hours),
-    time-weighted mean utilization and memory use in millionths of a percent."""
+    time-weighted mean utilization and memory use in millionths of a percent; and the
+    covered microseconds themselves (the coverage total is their sum)."""
     return f"""
         ({c} + 1800) / 3600 AS covered,
         ({a} + 1800) / 3600 AS active,
         ({ih} + 1800) / 3600 AS idle_held,
         ({i} + 1800) / 3600 AS idle,
         round(1e6 * ({u})::float8 / {c})::bigint AS util_pct,
-        round(1e8 * ({mu})::float8 / nullif({mt}, 0))::bigint AS memory_pct"""
+        round(1e8 * ({mu})::float8 / nullif({mt}, 0))::bigint AS memory_pct,
+        {c} AS covered_us"""
 
 
 def hour_bucket_sql(bucket: str, column: str = "hour_start") -> str:
@@ -394,12 +396,14 @@ async def utilization_rows(
 
 
 async def coverage(
-    conn: psycopg.AsyncConnection[Any], scope: Scope
+    conn: psycopg.AsyncConnection[Any], scope: Scope, with_total: bool = True
 ) -> tuple[datetime | None, datetime | None, int]:
-    """First and last hour with covered GPU time in the window, and the covered total.
+    """First and last hour with covered GPU time in the window, and the covered total
+    (0 unless `with_total`: a caller that summed it already).
 
     The first and last hour come from the hourly index (a short scan from either end).
     """
+    total = f"(SELECT coalesce(sum(covered_us), 0)::bigint FROM {GPU_SOURCE})"
     cur = await conn.execute(
         f"""
         SELECT
@@ -409,7 +413,7 @@ async def coverage(
             (SELECT max(hour_start) FROM gpu_hour_rollups
              WHERE workspace_id = %(ws)s AND hour_start >= %(start)s AND hour_start < %(end)s
                AND covered_us > 0),
-            (SELECT coalesce(sum(covered_us), 0)::bigint FROM {GPU_SOURCE})
+            {total if with_total else "0"}
         """,
         scope.params(),
     )

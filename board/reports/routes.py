@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any
 
 import psycopg
@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from board.auth.deps import ReaderDep, WorkspaceContext
-from board.reports import params, stream
+from board.reports import bodies, params, stream, utilization_stream
 from board.reports.schemas import UsageReportOut, UtilizationReportOut
-from board.reports.slots import take_report_connection
-from board.reports.streaming import ReportStreamResponse, accepts_gzip
+from board.reports.slots import keeper_connect, take_report_connection
+from board.reports.streaming import Part, ReportStreamResponse, accepts_gzip
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/reports", tags=["reports"])
 
@@ -34,7 +34,7 @@ async def _respond(
     window: params.Window,
     fmt: str,
     conn: psycopg.AsyncConnection[Any],
-    prepared: Awaitable[stream.Chunks],
+    prepared: Awaitable[AsyncIterator[Part]],
 ) -> Response:
     """The streamed answer; the report's connection (and its slot) lives as long as it."""
     try:
@@ -91,7 +91,18 @@ async def utilization(
     chosen = params.parse_choice("bucket", bucket, params.BUCKETS, "day")
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
     conn = await take_report_connection(request, ctx.workspace_id)
-    prepared = stream.prepare_utilization(
-        conn, ctx.workspace_id, window, group, chosen, chosen_format
-    )
-    return await _respond(request, ctx, "utilization", window, chosen_format, conn, prepared)
+
+    async def prepared() -> AsyncIterator[Part]:
+        own = (params.DEFAULT_ZONE, ctx.workspace.timezone)
+        keeps = await bodies.may_keep(conn, ctx.workspace_id, window.tz_name, own)
+        return await utilization_stream.prepare_utilization(
+            conn,
+            ctx.workspace_id,
+            window,
+            group,
+            chosen,
+            chosen_format,
+            keeper_connect(request) if keeps else None,
+        )
+
+    return await _respond(request, ctx, "utilization", window, chosen_format, conn, prepared())

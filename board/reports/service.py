@@ -149,9 +149,15 @@ def unique(items: Sequence[str]) -> tuple[str, ...]:
 
 
 async def report_coverage(
-    conn: psycopg.AsyncConnection[Any], scope: repo.Scope, window: Window
+    conn: psycopg.AsyncConnection[Any],
+    scope: repo.Scope,
+    window: Window,
+    covered_us: int | None = None,
 ) -> ReportCoverage:
-    first, last, covered = await repo.coverage(conn, scope)
+    """`covered_us`: the window's covered total when the caller summed it already."""
+    first, last, covered = await repo.coverage(conn, scope, with_total=covered_us is None)
+    if covered_us is not None:
+        covered = covered_us
     latest = None
     if last is not None:
         latest = min(last + HOUR, datetime.now(UTC))

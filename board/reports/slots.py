@@ -11,6 +11,7 @@ Retry-After, before any work is done.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -63,3 +64,18 @@ async def take_report_connection(
         ),
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
+
+
+def keeper_connect(
+    connection: HTTPConnection,
+) -> Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]:
+    """A factory of the autocommit connection a report writes its kept bodies on
+    (board.reports.bodies.Keeper): opened only when a report has blocks to keep."""
+    url = libpq_url(connection.app.state.runtime.database_url)
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(
+            url, autocommit=True, application_name=APPLICATION_NAME
+        )
+
+    return connect

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import AsyncIterator, Sequence
-from datetime import date, datetime
+from collections.abc import AsyncIterator
+from datetime import date
 from typing import Any
 
 import orjson
@@ -29,19 +29,9 @@ from board.reports import service
 from board.reports.cost import Pricing, amount, exact, window_pricing, workspace_currency
 from board.reports.csv import LINE_END, _cell, csv_cells
 from board.reports.params import Window, require_whole_hour_days
-from board.reports.rendered import (
-    _FIELDS,
-    JSON_ROW_START,
-    _bucket_starts,
-    _csv_number,
-    _json_number,
-    _Utf8Bytes,
-)
 from board.reports.schemas import UsageTotals
 
-# Rows per utilization query (its keys chosen to fill it) and per usage fetch: a few MiB
-# of text in the worker at a time.
-BATCH_ROWS = 20_000
+# Rows per usage fetch: a few MiB of text in the worker at a time.
 FETCH_ROWS = 2_000
 
 Chunks = AsyncIterator[bytes]
@@ -102,88 +92,6 @@ async def ordered_keys(
     cur = await conn.execute(_KNOWN_KEYS[group], {"ws": workspace_id})
     ids = {int(r[0]) for r in await cur.fetchall()}
     return await service.ordered_keys(conn, workspace_id, group, ids)
-
-
-def _batches(keys: Sequence[Any], rows_per_key: int) -> list[Sequence[Any]]:
-    size = max(1, BATCH_ROWS // max(1, rows_per_key))
-    return [keys[i : i + size] for i in range(0, len(keys), size)]
-
-
-def _utilization_rows_sql(group: str, bucket: str, fmt: str) -> str:
-    """Each row's whole text (its key fields are the prefix of its key), in body order."""
-    if fmt == "json":
-        fields = ", ".join(f"',\"{name}\":', {_json_number(column)}" for name, column in _FIELDS)
-        row = f"concat(k.prefix, lb.label, {fields}, '}}')"
-    else:
-        fields = ", ".join(f"',', {_csv_number(column)}" for _, column in _FIELDS)
-        row = f"concat(k.prefix, lb.label, {fields})"
-    return f"""
-        SELECT {row}
-        FROM ({repo.utilization_figures_sql(group, bucket, keyed=True)}) AS f
-        JOIN unnest(%(keys)s::bigint[], %(ords)s::int[], %(prefixes)s::text[])
-             AS k(id, ord, prefix) ON k.id = f.key
-        JOIN unnest(%(starts)s::timestamptz[], %(labels)s::text[]) AS lb(start, label)
-          ON lb.start = f.bucket
-        ORDER BY k.ord, f.bucket
-    """
-
-
-async def prepare_utilization(
-    conn: psycopg.AsyncConnection[Any],
-    workspace_id: int,
-    window: Window,
-    group: str,
-    bucket: str,
-    fmt: str,
-) -> Chunks:
-    """The utilization report's body (rendered.utilization's bytes) as chunks."""
-    scope = await service.utilization_scope(conn, workspace_id, window, bucket)
-    with service.zone_known_to_database(window):
-        labels: dict[datetime, str] = {}
-        for start in await _bucket_starts(conn, scope, bucket):
-            label = window.local(start).isoformat()
-            labels[start] = orjson.dumps(label).decode() if fmt == "json" else csv_cells((label,))
-    keys = await ordered_keys(conn, workspace_id, group)
-    prefixes = []
-    for _, fields in keys:
-        if fmt == "json":
-            prefixes.append((orjson.dumps(fields)[:-1] + b"," + JSON_ROW_START[1:]).decode())
-        else:
-            prefixes.append(csv_cells(fields.values()) + ",")
-    ordinal = list(range(len(keys)))
-    batches = _batches(ordinal, len(labels))
-    head = service.utilization_head(window, group, bucket)
-    columns = service.KEY_FIELDS[group] + service.UTILIZATION_FIGURES
-    if fmt == "json":
-        first = orjson.dumps(head.model_dump())[:-1] + b',"rows":['
-        separator = b","
-    else:
-        first = (csv_cells(columns) + LINE_END).encode()
-        separator = LINE_END.encode()
-    statement = _utilization_rows_sql(group, bucket, fmt)
-    values = {**scope.params(), "starts": list(labels), "labels": list(labels.values())}
-
-    async def chunks() -> Chunks:
-        yield first
-        sent = False
-        for batch in batches:
-            values["keys"] = [keys[i][0] for i in batch]
-            values["ords"] = list(batch)
-            values["prefixes"] = [prefixes[i] for i in batch]
-            async with conn.cursor(binary=True) as cur:
-                cur.adapters.register_loader("text", _Utf8Bytes)
-                await cur.execute(statement, values)
-                while rows := await cur.fetchmany(FETCH_ROWS):
-                    body = separator.join(r[0] for r in rows)
-                    yield separator + body if sent else body
-                    sent = True
-        if fmt == "json":
-            coverage = await service.report_coverage(conn, scope, window)
-            yield b'],"coverage":' + orjson.dumps(coverage.model_dump()) + b"}"
-        elif sent:
-            yield separator
-
-    return chunks()
 
 
 _USAGE_SQL = """

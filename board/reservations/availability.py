@@ -72,6 +72,7 @@ _IN_FORCE = """
     JOIN hosts h ON h.workspace_id = r.workspace_id AND h.id = r.host_id
     JOIN users u ON u.id = r.user_id
     WHERE rg.workspace_id = %s AND rg.host_id = ANY(%s) AND rg.during @> %s::timestamptz
+    ORDER BY g.gpu_index, g.uuid  -- a booking's GPUs in the order GET …/{id} lists them
 """
 
 
@@ -96,7 +97,7 @@ async def bookings_in_force(
         out[(int(host_id), str(uuid))] = ReservationOut(
             reservation_id=str(public),
             host_id=str(host),
-            gpu_uuids=sorted(by_reservation[str(public)]),
+            gpu_uuids=by_reservation[str(public)],
             member_email=email,
             linux_users=list(users),
             start=start.astimezone(UTC),

@@ -12,6 +12,13 @@ used (a process of the booking's Linux users on an `active` card), idleHeld (one
 theirs on a card that is not `active`), conflict (only someone else's), unused (none).
 "Someone else" includes `unknown`: a held card naming no compute process is billed to
 `unknown` by the hourly rollups, and is not idle either.
+
+Where a piece is kept depends only on its booking and its UTC hour: an hour wholly
+inside the booking (start <= hour, hour + 1 h <= end) goes to the GPU-hour rollup row
+(`booked_*`, board.rollups.store), which ingest upserts for that GPU and hour anyway;
+bookings of one GPU never overlap, so that hour belongs to this booking alone. A
+booking's partial first and last hours go to reservation_hour_figures. Crediting and
+un-crediting route alike, so they stay exact inverses in either place.
 """
 
 from __future__ import annotations
@@ -50,16 +57,20 @@ def classify(state: str, holders: tuple[str, ...], linux_users: frozenset[str]) 
 
 
 FigureKey = tuple[int, int, int]  # (reservation_id, gpu_id, hour start in µs)
+BookedHourKey = tuple[int, int, int]  # (host_id, gpu_id, hour start in µs): a GPU-hour row
 
 
 @dataclass
 class ReservationDelta:
-    """Changes to reservation_hour_figures, summed before one upsert writes them."""
+    """Changes to the figures, summed before they are written: `figures` for a booking's
+    partial first and last hours (reservation_hour_figures), `booked` for the hours wholly
+    inside it (the GPU-hour rollup rows' booked_* sums)."""
 
     # The bookings in force, by GPU id, and the sign each is credited with (a change of
     # a booking un-credits its old range and credits its new one in one pass).
     bookings: dict[int, list[tuple[Booking, int]]] = field(default_factory=dict)
     figures: dict[FigureKey, list[int]] = field(default_factory=dict)
+    booked: dict[BookedHourKey, list[int]] = field(default_factory=dict)
     workspace_of: dict[int, int] = field(default_factory=dict)  # reservation id -> workspace
 
     def add_booking(self, booking: Booking, sign: int = 1) -> None:
@@ -87,10 +98,14 @@ class ReservationDelta:
                 while cursor < hi:
                     hour = cursor - cursor % HOUR_US
                     piece = min(hi, hour + HOUR_US) - cursor
-                    key = (booking.reservation_id, g.gpu_id, hour)
-                    row = self.figures.get(key)
-                    if row is None:
-                        row = self.figures[key] = [0] * len(FIGURE_COLUMNS)
+                    if booking.start_us <= hour and hour + HOUR_US <= booking.end_us:
+                        row = self.booked.get((opener.host_id, g.gpu_id, hour))
+                        if row is None:
+                            row = self.booked[(opener.host_id, g.gpu_id, hour)] = [0] * 5
+                    else:
+                        row = self.figures.get((booking.reservation_id, g.gpu_id, hour))
+                        if row is None:
+                            row = self.figures[(booking.reservation_id, g.gpu_id, hour)] = [0] * 5
                     row[COVERED] += signed * piece
                     row[slot] += signed * piece
                     cursor += piece
@@ -117,3 +132,4 @@ class ReservationDelta:
     def keep_hours(self, start_us: int, end_us: int) -> None:
         """Only the hours in [start, end): the rest was replayed only to cut intervals."""
         self.figures = {k: v for k, v in self.figures.items() if start_us <= k[2] < end_us}
+        self.booked = {k: v for k, v in self.booked.items() if start_us <= k[2] < end_us}

@@ -3,8 +3,9 @@
 The URL carries a token in its query (`?token=`), never in its path, so the access log
 (which writes paths only) never holds it. Only its SHA-256 is stored; it is shown once,
 one per member and workspace (a new one replaces the old), revocable, and it stops
-working when its member leaves the workspace. It reads what the member could read with
-the API: the workspace's bookings, and nothing else.
+working when its member leaves the workspace, for good: adding them again does not bring
+it back. It reads what the member could read with the API: the workspace's bookings, and
+nothing else.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ async def owner(session: AsyncSession, token: str) -> FeedOwner:
         JOIN memberships m ON m.workspace_id = t.workspace_id AND m.user_id = t.user_id
         JOIN workspaces w ON w.id = t.workspace_id
         WHERE t.token_hash = %s
+          -- issued in this membership, not in one that ended (removed, then added again)
+          AND t.created_at >= m.created_at
         """,
         [tokens.digest(token)],
     )

@@ -59,6 +59,8 @@ class Reservation(Base):
             name="during_bounded",
         ),
         Index("ix_reservations_workspace_user", "workspace_id", "user_id"),
+        # Lists and reports of a window skip the bookings that ended before it.
+        Index("ix_reservations_workspace_end", "workspace_id", text("upper(during)")),
     )
 
 
@@ -93,9 +95,9 @@ class ReservationGpu(Base):
             name="no_overlap",
             using="gist",
         ),
-        # What the ingest path asks: the bookings of these hosts (a handful each), then
-        # their ranges.
-        Index("ix_reservation_gpus_host", "workspace_id", "host_id"),
+        # What the ingest path asks: the bookings of these hosts that end after its
+        # points (a handful, however many ended before), then their ranges.
+        Index("ix_reservation_gpus_host_end", "workspace_id", "host_id", text("upper(during)")),
     )
 
 

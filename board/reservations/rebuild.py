@@ -6,6 +6,12 @@ order, through the same ReservationDelta the ingest path credits with, so a rebu
 hour equals the one ingest credited. Observations up to maxSampleGap outside the window
 are read too, so an interval crossing its edge is cut where ingest cut it; only hours
 inside the window are kept.
+
+The figures live in two places (board.reservations.crediting): a booking's partial
+hours in reservation_hour_figures, its whole hours in the GPU-hour rows' booked sums.
+Both are cleared in the window and written again. board.rollups.rebuild re-inserts the
+GPU-hour rows with booked sums of 0, so it is always followed by this, in the same
+transaction (board/cli/rollups.py).
 """
 
 from __future__ import annotations
@@ -17,19 +23,31 @@ from typing import Any
 import psycopg
 
 from board.db.locks import lock_hosts
-from board.reservations.store import HostSpan, load_bookings, upsert_figures
+from board.reservations.store import HostSpan, load_bookings, write_figures
 from board.rollups.crediting import to_us
 from board.rollups.rebuild import host_ticks
+
+# Only rows holding booked time: an UPDATE of a GPU-hour row fires its statement
+# triggers (host hours +0, the day marked dirty), so the others are left untouched.
+_ZERO_BOOKED = """
+    UPDATE gpu_hour_rollups SET booked_covered_us = 0, booked_used_us = 0,
+        booked_idle_held_us = 0, booked_conflict_us = 0, booked_unused_us = 0
+    WHERE workspace_id = %s AND hour_start >= %s AND hour_start < %s
+      AND (booked_covered_us, booked_used_us, booked_idle_held_us, booked_conflict_us,
+           booked_unused_us) <> (0, 0, 0, 0, 0)
+"""
 
 
 @dataclass
 class FigureRebuild:
     hosts: int = 0  # booked hosts replayed
-    rows: int = 0  # reservation-hour figure rows written
+    rows: int = 0  # reservation-hour figure rows written (a booking's partial hours)
+    booked_hours: int = 0  # GPU-hour rows given booked sums (hours wholly inside one)
 
     def add(self, other: FigureRebuild) -> None:
         self.hosts = max(self.hosts, other.hosts)
         self.rows += other.rows
+        self.booked_hours += other.booked_hours
 
 
 async def rebuild_figures(
@@ -45,11 +63,13 @@ async def rebuild_figures(
     hosts = await lock_hosts(
         conn, "h.id, w.max_sample_gap_seconds", "h.workspace_id = %s", [workspace_id]
     )
+    window = [workspace_id, from_, to]
     await conn.execute(
         "DELETE FROM reservation_hour_figures WHERE workspace_id = %s "
         "AND hour_start >= %s AND hour_start < %s",
-        [workspace_id, from_, to],
+        window,
     )
+    await conn.execute(_ZERO_BOOKED, window)
     cur = await conn.execute(
         "SELECT DISTINCT host_id FROM reservation_gpus "
         "WHERE workspace_id = %s AND during && tstzrange(%s, %s)",
@@ -65,21 +85,8 @@ async def rebuild_figures(
         ticks = await host_ticks(conn, workspace_id, host_id, from_ - gap, to + gap)
         delta.credit_series(ticks, int(gap_seconds) * 1_000_000)
         delta.keep_hours(to_us(from_), to_us(to))
-        await upsert_figures(conn, delta)
+        await write_figures(conn, delta, {host_id: workspace_id})
         result.hosts += 1
         result.rows += sum(1 for sums in delta.figures.values() if any(sums))
+        result.booked_hours += sum(1 for sums in delta.booked.values() if any(sums))
     return result
-
-
-async def rebuild_figure_days(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, start: datetime, end: datetime
-) -> FigureRebuild:
-    """`rebuild_figures` [start, end) one UTC day per transaction (`conn` in autocommit)."""
-    total = FigureRebuild()
-    day = start
-    while day < end:
-        stop = min(day.replace(hour=0) + timedelta(days=1), end)
-        async with conn.transaction():
-            total.add(await rebuild_figures(conn, workspace_id, day, stop))
-        day = stop
-    return total

@@ -1,9 +1,10 @@
 """GET …/reports/reservations: reserved against used GPU-hours, per booking, member,
 host or day (accounting.md, "Reservations"), JSON or CSV.
 
-Reads the per-hour figures the ingest path credits and the bookings' ranges; never a
-scan of raw samples. The window and zone rules are the usage report's
-(board.reports.params): whole UTC hours, a date meaning midnight in `tz`.
+Reads the per-hour figures the ingest path credits (from both places they are kept in,
+board.reservations.figures) and the bookings' ranges; never a scan of raw samples. The
+window and zone rules are the usage report's (board.reports.params): whole UTC hours, a
+date meaning midnight in `tz`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import io
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -28,6 +29,7 @@ from board.reports.params import (
     require_whole_hour_days,
 )
 from board.reservations.crediting import FIGURE_COLUMNS
+from board.reservations.figures import FIGURE_ROWS
 
 GROUPS = ("reservation", "member", "host", "day")
 HOUR_US = 3_600_000_000
@@ -139,15 +141,16 @@ _BOOKINGS = """
     FROM reservations r
     JOIN hosts h ON h.workspace_id = r.workspace_id AND h.id = r.host_id
     JOIN users u ON u.id = r.user_id
-    WHERE r.workspace_id = %(ws)s AND r.during && tstzrange(%(from)s, %(to)s)
+    WHERE r.workspace_id = %(ws)s AND upper(r.during) > %(from)s
+      AND r.during && tstzrange(%(from)s, %(to)s)
     ORDER BY lower(r.during), r.id
 """
 
-_FIGURES = """
+# Both places a booking's hours are kept in (board.reservations.figures).
+_FIGURES = f"""
     SELECT reservation_id, hour_start, sum(covered_us)::bigint, sum(used_us)::bigint,
            sum(idle_held_us)::bigint, sum(conflict_us)::bigint, sum(unused_us)::bigint
-    FROM reservation_hour_figures
-    WHERE workspace_id = %(ws)s AND hour_start >= %(from)s AND hour_start < %(to)s
+    FROM ({FIGURE_ROWS}) AS f
     GROUP BY reservation_id, hour_start
 """
 
@@ -165,7 +168,9 @@ def _reserved_by_day(window: Window, start: datetime, end: datetime, gpus: int) 
     out: dict[str, int] = {}
     while lo < hi:
         local = window.local(lo)
-        next_day = window.day_start(local.date() + timedelta(days=1))
+        # In UTC: two times sharing the zone's tzinfo subtract as wall-clock times, which
+        # made the day the clocks spring forward 24 hours long (and fall back, 24).
+        next_day = window.day_start(local.date() + timedelta(days=1)).astimezone(UTC)
         cut = min(hi, next_day)
         out[local.date().isoformat()] = (cut - lo) // timedelta(microseconds=1) * gpus
         lo = cut

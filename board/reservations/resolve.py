@@ -13,6 +13,7 @@ import psycopg
 
 from board.auth.deps import WorkspaceContext
 from board.errors import Conflict, Forbidden, Unprocessable
+from board.rollups.crediting import UNKNOWN_USER
 
 
 async def member(
@@ -34,6 +35,17 @@ async def member(
     return int(row[0]), str(row[1])
 
 
+async def hold_member(conn: psycopg.AsyncConnection[Any], workspace_id: int, user_id: int) -> None:
+    """Keep the reserver's membership until the booking commits (FOR SHARE: a removal
+    waits); one removed while the booking waited for its host's lock is a 409."""
+    cur = await conn.execute(
+        "SELECT 1 FROM memberships WHERE workspace_id = %s AND user_id = %s FOR SHARE",
+        [workspace_id, user_id],
+    )
+    if await cur.fetchone() is None:
+        raise Conflict("That member was removed from this workspace meanwhile.")
+
+
 async def host(conn: psycopg.AsyncConnection[Any], workspace_id: int, host: str) -> int:
     try:
         public_id = uuid.UUID(host)
@@ -49,6 +61,21 @@ async def host(conn: psycopg.AsyncConnection[Any], workspace_id: int, host: str)
     if row[1]:
         raise Unprocessable("That host is revoked; it cannot be booked.")
     return int(row[0])
+
+
+async def refuse_revoked(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int
+) -> None:
+    """A booking of a revoked host may shrink or end, never grow: growing books it anew."""
+    cur = await conn.execute(
+        "SELECT revoked_at IS NOT NULL FROM hosts WHERE workspace_id = %s AND id = %s",
+        [workspace_id, host_id],
+    )
+    row = await cur.fetchone()
+    if row is not None and row[0]:
+        raise Unprocessable(
+            "That host is revoked; its bookings can only be shortened or cancelled."
+        )
 
 
 async def gpus(
@@ -72,13 +99,25 @@ async def gpus(
     return sorted(known[u] for u in wanted)
 
 
+def linux_users(wanted: list[str]) -> list[str]:
+    """The accounts a booking names, each once; never the placeholder `unknown`."""
+    if UNKNOWN_USER in wanted:
+        # A card held with no process named is billed to it: as the reserver's own
+        # account it would count as their use (used, not conflict).
+        raise Unprocessable(
+            f"linuxUsers names {UNKNOWN_USER!r}, the board's placeholder for a held card "
+            "that names no process; it is nobody's account."
+        )
+    return sorted(set(wanted))
+
+
 async def linked_users(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, user_id: int
 ) -> list[str]:
     cur = await conn.execute(
         "SELECT linux_user FROM directory_entries WHERE workspace_id = %s AND user_id = %s "
-        "ORDER BY linux_user",
-        [workspace_id, user_id],
+        "AND linux_user <> %s ORDER BY linux_user",
+        [workspace_id, user_id, UNKNOWN_USER],
     )
     return [str(r[0]) for r in await cur.fetchall()]
 

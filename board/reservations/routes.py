@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from board.auth.deps import MemberDep, ReaderDep
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
+from board.errors import Unprocessable
 from board.reservations import feed, queries, report, service
 from board.reservations.calendar import ics
 from board.reservations.params import parse_moment
@@ -48,6 +49,10 @@ async def _listed(
 ) -> list[ReservationOut]:
     start = parse_moment("from", from_) or datetime.now(UTC) - timedelta(days=1)
     end = parse_moment("to", to)
+    if end is not None and end < start:
+        # PostgreSQL refuses a reversed range; the caller gets the reason instead.
+        shown = "a day ago" if from_ is None or not from_.strip() else start.isoformat()
+        raise Unprocessable(f"to ({end.isoformat()}) must not be before from ({shown}).")
     return await queries.list_reservations(session, workspace_id, start, end, host_id, member_email)
 
 

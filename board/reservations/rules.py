@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from board.errors import Unprocessable
 
@@ -25,7 +25,10 @@ def whole_minute(label: str, moment: datetime) -> datetime:
             f"{label} {moment.isoformat()} is not on a whole minute; bookings start and end "
             "on whole minutes."
         )
-    return moment
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:00-12:00 is in year 10000 in UTC
+        raise Unprocessable(f"{label} {moment.isoformat()} is out of range.") from None
 
 
 def check_range(start: datetime, end: datetime, max_days: int, now: datetime) -> None:

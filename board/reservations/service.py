@@ -25,7 +25,7 @@ from board.reservations import queries, resolve, rules
 from board.reservations.crediting import Booking, ReservationDelta
 from board.reservations.queries import StoredReservation
 from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
-from board.reservations.store import upsert_figures
+from board.reservations.store import write_figures
 from board.rollups.rebuild import host_ticks
 
 
@@ -33,17 +33,42 @@ def _now(now: datetime | None) -> datetime:
     return now if now is not None else datetime.now(UTC)
 
 
-async def _lock_host(conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int) -> int:
-    """Lock the host (as the ingest path does); its workspace's maxSampleGap in µs."""
+async def _lock_host(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int, *, bookable: bool = False
+) -> int:
+    """Lock the host (as the ingest path does); its workspace's maxSampleGap in µs.
+
+    `bookable`: refuse a revoked host, judged under the lock (a revocation committed
+    while the request waited for it counts).
+    """
     rows = await lock_hosts(
         conn,
-        "w.max_sample_gap_seconds",
+        "w.max_sample_gap_seconds, h.revoked_at IS NOT NULL",
         "h.workspace_id = %s AND h.id = %s",
         [workspace_id, host_id],
     )
     if not rows:
         raise NotFound("No such host in this workspace.")
+    if bookable and rows[0][1]:
+        raise Conflict("That host was revoked meanwhile; it cannot be booked.")
     return int(rows[0][0]) * 1_000_000
+
+
+async def _locked(
+    conn: psycopg.AsyncConnection[Any], ctx: WorkspaceContext, public: str
+) -> StoredReservation:
+    """The booking as it stands once its host is locked.
+
+    Every change of a booking locks its host first, so what is read after the lock is
+    what the change applies to: read before it, a cancel committed meanwhile was undone
+    by a move (a cancelled booking running on), or the move of a deleted one was a 500.
+    """
+    stored = await queries.get(conn, ctx.workspace_id, public)
+    await _lock_host(conn, ctx.workspace_id, stored.host_id)
+    try:
+        return await queries.get(conn, ctx.workspace_id, public)
+    except NotFound:
+        raise Conflict("This booking was cancelled meanwhile.") from None
 
 
 async def recredit(
@@ -68,7 +93,7 @@ async def recredit(
     for booking, sign in changes:
         delta.add_booking(booking, sign)
     delta.credit_series(ticks, max_gap_us)
-    await upsert_figures(conn, delta)
+    await write_figures(conn, delta, {host_id: workspace_id})
 
 
 async def create(
@@ -84,11 +109,12 @@ async def create(
     rules.check_range(start, end, ctx.workspace.max_reservation_days, now)
     gpu_ids = await resolve.gpus(conn, ws, host_id, body.gpu_uuids)
     linux_users = (
-        sorted(set(body.linux_users))
+        resolve.linux_users(body.linux_users)
         if body.linux_users is not None
         else await resolve.linked_users(conn, ws, user_id)
     )
-    max_gap_us = await _lock_host(conn, ws, host_id)
+    max_gap_us = await _lock_host(conn, ws, host_id, bookable=True)
+    await resolve.hold_member(conn, ws, user_id)
     await resolve.refuse_overlap(conn, ws, gpu_ids, start, end)
     cur = await conn.execute(
         "INSERT INTO reservations (workspace_id, public_id, host_id, user_id, linux_users, "
@@ -165,9 +191,9 @@ async def update(
     body: ReservationPatch,
     now: datetime | None = None,
 ) -> ReservationOut:
-    now = _now(now)
     conn = await report_connection(session)
-    stored = await queries.get(conn, ctx.workspace_id, public)
+    stored = await _locked(conn, ctx, public)
+    now = _now(now)  # after the wait for the lock: a cancel that just ended it is past
     _may_change(ctx, stored)
     start = stored.start if body.start is None else rules.whole_minute("start", body.start)
     end = stored.end if body.end is None else rules.whole_minute("end", body.end)
@@ -182,13 +208,17 @@ async def update(
                 f"end ({end.isoformat()}) is in the past; moving a booking never changes "
                 "its past. Cancel it to end it now."
             )
+        if start < stored.start or end > stored.end:
+            await resolve.refuse_revoked(conn, ctx.workspace_id, stored.host_id)
         if start != stored.start:
             rules.check_range(start, end, ctx.workspace.max_reservation_days, now)
         elif end <= start:
             raise Unprocessable(
                 f"end ({end.isoformat()}) must be after start ({start.isoformat()})."
             )
-        elif end - start > timedelta(days=ctx.workspace.max_reservation_days):
+        elif end > stored.end and end - start > timedelta(days=ctx.workspace.max_reservation_days):
+            # Only growing is held to the limit: a booking made before an admin lowered
+            # maxReservationDays may still be shortened.
             raise Unprocessable(
                 f"A booking is at most {ctx.workspace.max_reservation_days} day(s) long (the "
                 "workspace's maxReservationDays)."
@@ -208,14 +238,26 @@ async def cancel(
     session: AsyncSession, ctx: WorkspaceContext, public: str, now: datetime | None = None
 ) -> None:
     """Cancel: a booking not started yet goes; a running one ends now (its past stays)."""
-    now = _now(now)
     conn = await report_connection(session)
-    stored = await queries.get(conn, ctx.workspace_id, public)
+    stored = await _locked(conn, ctx, public)
+    now = _now(now)  # after the wait for the lock: a cancel that just ended it is past
     _may_change(ctx, stored)
     if stored.end <= now:
         raise Conflict("This booking is over already; there is nothing to cancel.")
     if stored.start > now:
-        await _lock_host(conn, ctx.workspace_id, stored.host_id)
+        max_gap_us = await _lock_host(conn, ctx.workspace_id, stored.host_id)
+        # Nothing should be observed in its future range yet; were anything (a fast clock),
+        # its booked GPU hours would outlive the booking, which takes only its figure rows
+        # with it (ON DELETE CASCADE). Un-credited, the hours are as if never booked.
+        changes = [(b, -1) for b in stored.bookings(ctx.workspace_id, stored.start, stored.end)]
+        await recredit(
+            conn,
+            ctx.workspace_id,
+            stored.host_id,
+            max_gap_us,
+            changes,
+            (stored.start, stored.end),
+        )
         await conn.execute(
             "DELETE FROM reservations WHERE workspace_id = %s AND id = %s",
             [ctx.workspace_id, stored.id],

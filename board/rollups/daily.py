@@ -80,6 +80,22 @@ class RollupDirtyDay(Base):
     __table_args__ = (PrimaryKeyConstraint("workspace_id", "day_start"),)
 
 
+class RollupDayVersion(Base):
+    """How many times a UTC day's day rows were recomputed (no row: never). Bumped in the
+    refresh's own transaction, so a day that is clean and at one version has had the same
+    hours in every snapshot that sees it so: any change to its hours marks it dirty in
+    the changing transaction, and only a refresh (a new version) clears the mark. Kept
+    report bodies (board.reports.bodies) are checked against these versions."""
+
+    __tablename__ = "rollup_day_versions"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    day_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    version: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (PrimaryKeyConstraint("workspace_id", "day_start"),)
+
+
 # Serializes the maintenance writers of day rows (refresh, retention) across processes.
 DAY_ROLLUP_LOCK_KEY = 0x6775615F64617973  # "gua_days"
 
@@ -138,6 +154,26 @@ _DAYS = (
     "AND h.hour_start < d.day + interval '1 day'"
 )
 _REFRESH = (
+    # A new version for each day: kept report bodies of these days no longer match; the
+    # ones already kept are deleted here (any written later from an older snapshot carry
+    # the older version, and are never sent). Rows a report is writing just now are
+    # skipped, not waited for: they can never be sent either, and the refresh never
+    # waits on a report (nor deadlocks with one).
+    """
+    INSERT INTO rollup_day_versions AS v (workspace_id, day_start, version)
+    SELECT %(ws)s, d, 1 FROM unnest(%(days)s::timestamptz[]) AS d ORDER BY d
+    ON CONFLICT (workspace_id, day_start) DO UPDATE SET version = v.version + 1
+    """,
+    """
+    DELETE FROM report_bodies
+    WHERE (workspace_id, report, unit_lo, unit_hi, key_id) IN (
+        SELECT b.workspace_id, b.report, b.unit_lo, b.unit_hi, b.key_id
+        FROM report_bodies b
+        JOIN unnest(%(days)s::timestamptz[]) AS d(day)
+          ON b.span_start < d.day + interval '1 day' AND b.span_end > d.day
+        WHERE b.workspace_id = %(ws)s
+        FOR UPDATE OF b SKIP LOCKED)
+    """,
     "DELETE FROM gpu_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     "DELETE FROM user_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     f"""

@@ -18,7 +18,7 @@ import psycopg
 from board.db.locks import lock_hosts
 from board.errors import NotFound
 from board.partitions.maintenance import existing_partitions
-from board.rollups.crediting import GpuTick, RollupDelta, Tick, compute_holders, to_us
+from board.rollups.crediting import RollupDelta, Tick, gpu_ticks, to_us
 from board.rollups.store import upsert_rollup_delta
 
 HOUR = timedelta(hours=1)
@@ -48,23 +48,10 @@ class RawSpan:
 
 
 _TICKS = """
-    WITH holders AS (
-        SELECT observed_at, gpu_id, array_agg(DISTINCT linux_user) AS users
-        FROM process_samples
-        WHERE workspace_id = %(ws)s AND host_id = %(host)s AND type = 'compute'
-          AND observed_at >= %(lo)s AND observed_at <= %(hi)s
-        GROUP BY observed_at, gpu_id
-    )
-    SELECT o.observed_at, g.gpu_id, g.state, g.util_pct, g.memory_used_mb, g.memory_total_mb,
-           coalesce(p.users, '{}')
-    FROM host_observations o
-    LEFT JOIN gpu_samples g
-           ON g.workspace_id = o.workspace_id AND g.host_id = o.host_id
-          AND g.observed_at = o.observed_at
-    LEFT JOIN holders p ON p.observed_at = g.observed_at AND p.gpu_id = g.gpu_id
-    WHERE o.workspace_id = %(ws)s AND o.host_id = %(host)s
-      AND o.observed_at >= %(lo)s AND o.observed_at <= %(hi)s
-    ORDER BY o.observed_at, g.gpu_id
+    SELECT r.observed_at, r.gpu_id, r.gpu_state, r.gpu_util_pct, r.gpu_memory_used_mb,
+           r.gpu_memory_total_mb, r.process_gpu_id, r.process_user, r.process_type
+    FROM raw_observations(%(ws)s, %(host)s, %(lo)s, %(hi)s) r
+    ORDER BY r.observed_at
 """
 
 
@@ -79,13 +66,11 @@ async def _bounds(
     """The replay range: the observation before `from` (within max gap), the one after `to`."""
     cur = await conn.execute(
         """
-        SELECT
-            (SELECT max(observed_at) FROM host_observations
-             WHERE workspace_id = %(ws)s AND host_id = %(host)s
-               AND observed_at < %(from)s AND observed_at >= %(from)s - %(gap)s),
-            (SELECT min(observed_at) FROM host_observations
-             WHERE workspace_id = %(ws)s AND host_id = %(host)s
-               AND observed_at >= %(to)s AND observed_at <= %(to)s + %(gap)s)
+        SELECT (SELECT max(observed_at)
+                FROM raw_observations(%(ws)s, %(host)s, %(from)s - %(gap)s, %(from)s)
+                WHERE observed_at < %(from)s),
+               (SELECT min(observed_at)
+                FROM raw_observations(%(ws)s, %(host)s, %(to)s, %(to)s + %(gap)s))
         """,
         {"ws": workspace_id, "host": host_id, "from": from_, "to": to, "gap": max_gap},
     )
@@ -104,20 +89,10 @@ async def host_ticks(
 ) -> list[Tick]:
     """The host's observations in [lo, hi] as ticks, in time order (error heartbeats too)."""
     cur = await conn.execute(_TICKS, {"ws": workspace_id, "host": host_id, "lo": lo, "hi": hi})
-    ticks: list[Tick] = []
-    current: datetime | None = None
-    gpus: list[GpuTick] = []
-    for observed_at, gpu_id, state, util, used, total, users in await cur.fetchall():
-        if observed_at != current:
-            if current is not None:
-                ticks.append(Tick(host_id, to_us(current), tuple(gpus)))
-            current, gpus = observed_at, []
-        if gpu_id is not None:
-            holders = compute_holders((u, "compute") for u in users)
-            gpus.append(GpuTick(gpu_id, state, util, used, total, holders))
-    if current is not None:
-        ticks.append(Tick(host_id, to_us(current), tuple(gpus)))
-    return ticks
+    return [
+        Tick(host_id, to_us(observed_at), gpu_ticks(*arrays))
+        for observed_at, *arrays in await cur.fetchall()
+    ]
 
 
 def _keep_window(delta: RollupDelta, start_us: int, end_us: int) -> None:
@@ -141,6 +116,10 @@ async def rebuild(
 
     Runs in the caller's transaction. The workspace's host rows are locked first, in key
     order like the ingest path, so a concurrent ingest waits instead of interleaving.
+
+    The GPU-hour rows come back with booked sums of 0: the booked hours of reservations
+    are rebuilt by board.reservations.rebuild, which must follow in the same transaction
+    (`gua-board rollups rebuild` does both, board/cli/rollups.py).
     """
     if from_.minute or from_.second or from_.microsecond or to.minute or to.second:
         raise ValueError("rebuild windows start and end on whole hours")
@@ -189,8 +168,15 @@ async def raw_span(conn: psycopg.AsyncConnection[Any], slug: str) -> RawSpan | N
     ws, gap_seconds = row
     workspace_id, max_gap = int(ws), timedelta(seconds=int(gap_seconds))
     cur = await conn.execute(
-        "SELECT min(observed_at), max(observed_at) FROM host_observations WHERE workspace_id = %s",
-        [workspace_id],
+        """
+        SELECT least(min(earliest), min(latest)), greatest(max(earliest), max(latest))
+        FROM (SELECT min(observed_at), max(observed_at) FROM host_observations
+              WHERE workspace_id = %(ws)s
+              UNION ALL
+              SELECT min(first_at), max(last_at) FROM observation_hours
+              WHERE workspace_id = %(ws)s) AS raw(earliest, latest)
+        """,
+        {"ws": workspace_id},
     )
     earliest, latest = (await cur.fetchone()) or (None, None)
     if earliest is None or latest is None:
@@ -200,23 +186,6 @@ async def raw_span(conn: psycopg.AsyncConnection[Any], slug: str) -> RawSpan | N
     kept_from = datetime(first_day.year, first_day.month, first_day.day, tzinfo=UTC)
     oldest = max(_floor_hour(earliest), _ceil_hour(kept_from + max_gap))
     return RawSpan(workspace_id, oldest, _floor_hour(latest))
-
-
-async def rebuild_days(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, start: datetime, end: datetime
-) -> RebuildResult:
-    """`rebuild` [start, end) one UTC day per transaction (`conn` in autocommit mode).
-
-    A transaction per day holds the host locks for seconds, not for the whole replay.
-    """
-    total = RebuildResult()
-    day = start
-    while day < end:
-        stop = min(day.replace(hour=0) + timedelta(days=1), end)
-        async with conn.transaction():
-            total.add(await rebuild(conn, workspace_id, day, stop))
-        day = stop
-    return total
 
 
 def _floor_hour(moment: datetime) -> datetime:

@@ -1,5 +1,5 @@
-"""Rollup retention: hourly rollups (per GPU, host and user) older than a workspace's
-retentionDays are deleted.
+"""Rollup retention: hourly rollups (per GPU, host and user) and reservation figures older
+than a workspace's retentionDays are deleted.
 
 Their days are marked dirty by the trigger and recomputed (to nothing) by
 board.rollups.daily.refresh_day_rollups, which the schedule runs right after. Separate
@@ -26,6 +26,7 @@ class RetentionResult:
     gpu_rows: int = 0
     user_rows: int = 0
     host_rows: int = 0
+    figure_rows: int = 0  # reservation_hour_figures (a booking's partial hours)
 
 
 async def drop_expired_rollups(
@@ -51,7 +52,15 @@ async def _delete_hours(
 ) -> None:
     # GPU hours before host hours: the GPU-hour trigger subtracts the deleted rows from
     # their host hours (to zero), and the zeroed host hours are deleted after.
-    for table in ("gpu_hour_rollups", "host_hour_rollups", "user_hour_rollups"):
+    # The reservation figures of a booking's partial hours go with them: its whole hours
+    # are kept in the GPU-hour rows (booked_*), so both kinds of its hours go at once.
+    tables = (
+        "gpu_hour_rollups",
+        "host_hour_rollups",
+        "user_hour_rollups",
+        "reservation_hour_figures",
+    )
+    for table in tables:
         # An hour is expired once its end (hour_start + 1 h) is at or before the cutoff;
         # written on hour_start alone so the (workspace_id, hour_start) index serves it.
         # The deleted hours mark their days dirty; refresh_day_rollups redoes those days.
@@ -69,5 +78,7 @@ async def _delete_hours(
             result.gpu_rows = cur.rowcount
         elif table == "host_hour_rollups":
             result.host_rows = cur.rowcount
-        else:
+        elif table == "user_hour_rollups":
             result.user_rows = cur.rowcount
+        else:
+            result.figure_rows = cur.rowcount

@@ -6,35 +6,44 @@ join, where binding Python lists costs a dumper call per element.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 
 from board.db.pgtext import int_array, text_array
-from board.rollups.crediting import HOUR_US, RollupDelta
+from board.rollups.crediting import GPU_COLUMNS, HOUR_US, GpuHourKey, RollupDelta
 
-_UPSERT_GPU_HOURS = """
-    INSERT INTO gpu_hour_rollups AS r (workspace_id, gpu_id, hour_start, host_id,
-        covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us,
-        memory_total_mb_us, sample_count)
-    SELECT ws, gpu_id, to_timestamp(hour * 3600), host_id, covered_us, active_us,
-           idle_held_us, idle_us, util_pct_us, memory_used_mb_us, memory_total_mb_us,
-           sample_count
-    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
-                %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
-                %s::bigint[], %s::bigint[])
-         AS d(ws, gpu_id, hour, host_id, covered_us, active_us, idle_held_us, idle_us,
-              util_pct_us, memory_used_mb_us, memory_total_mb_us, sample_count)
+# Booked time of a GPU hour that lies wholly inside one booking (how it was spent, µs;
+# board.reservations.crediting routes it here), in the order of a booked row.
+BOOKED_COLUMNS = (
+    "booked_covered_us",
+    "booked_used_us",
+    "booked_idle_held_us",
+    "booked_conflict_us",
+    "booked_unused_us",
+)
+_NOT_BOOKED = (0,) * len(BOOKED_COLUMNS)
+_NO_ROLLUP = (0,) * len(GPU_COLUMNS)
+
+
+def _gpu_hours_upsert(columns: tuple[str, ...]) -> str:
+    """Add each row's sums to its GPU hour; `columns` the sums a row carries."""
+    names = ", ".join(columns)
+    arrays = ", ".join(["%s::bigint[]"] * (4 + len(columns)))
+    added = ",\n        ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in columns)
+    return f"""
+    INSERT INTO gpu_hour_rollups AS r (workspace_id, gpu_id, hour_start, host_id, {names})
+    SELECT ws, gpu_id, to_timestamp(hour * 3600), host_id, {names}
+    FROM unnest({arrays}) AS d(ws, gpu_id, hour, host_id, {names})
     ON CONFLICT (workspace_id, gpu_id, hour_start) DO UPDATE SET
-        covered_us = r.covered_us + EXCLUDED.covered_us,
-        active_us = r.active_us + EXCLUDED.active_us,
-        idle_held_us = r.idle_held_us + EXCLUDED.idle_held_us,
-        idle_us = r.idle_us + EXCLUDED.idle_us,
-        util_pct_us = r.util_pct_us + EXCLUDED.util_pct_us,
-        memory_used_mb_us = r.memory_used_mb_us + EXCLUDED.memory_used_mb_us,
-        memory_total_mb_us = r.memory_total_mb_us + EXCLUDED.memory_total_mb_us,
-        sample_count = r.sample_count + EXCLUDED.sample_count
+        {added}
 """
+
+
+# The booked sums travel only when a batch has any (five more arrays otherwise empty).
+_UPSERT_GPU_HOURS = _gpu_hours_upsert(GPU_COLUMNS)
+_UPSERT_BOOKED_GPU_HOURS = _gpu_hours_upsert(GPU_COLUMNS + BOOKED_COLUMNS)
 
 _UPSERT_USER_HOURS = """
     INSERT INTO user_hour_rollups AS r (workspace_id, gpu_id, linux_user, hour_start,
@@ -51,12 +60,30 @@ _UPSERT_USER_HOURS = """
 """
 
 
-def gpu_hour_params(workspace_of_host: dict[int, int], delta: RollupDelta) -> list[str]:
-    """The GPU-hour upsert's columns, in key order (so concurrent upserts never deadlock)."""
-    rows = [
-        (workspace_of_host[host], gpu, hour // HOUR_US, host, *delta.gpu[(host, gpu, hour)])
-        for host, gpu, hour in sorted(delta.gpu)
-    ]
+def gpu_hour_params(
+    workspace_of_host: dict[int, int],
+    delta: RollupDelta,
+    booked: Mapping[GpuHourKey, Sequence[int]] | None = None,
+) -> list[str]:
+    """The GPU-hour upsert's columns, in key order (so concurrent upserts never deadlock);
+    with `booked`, its sums after the rollup's (_UPSERT_BOOKED_GPU_HOURS)."""
+    if not booked:
+        rows = [
+            (workspace_of_host[host], gpu, hour // HOUR_US, host, *delta.gpu[(host, gpu, hour)])
+            for host, gpu, hour in sorted(delta.gpu)
+        ]
+    else:
+        rows = [
+            (
+                workspace_of_host[host],
+                gpu,
+                hour // HOUR_US,
+                host,
+                *delta.gpu.get((host, gpu, hour), _NO_ROLLUP),
+                *booked.get((host, gpu, hour), _NOT_BOOKED),
+            )
+            for host, gpu, hour in sorted(delta.gpu.keys() | booked.keys())
+        ]
     return [int_array(column) for column in zip(*rows, strict=True)]
 
 
@@ -77,9 +104,17 @@ def user_hour_params(workspace_of_host: dict[int, int], delta: RollupDelta) -> l
 
 
 async def upsert_rollup_delta(
-    conn: psycopg.AsyncConnection[Any], workspace_of_host: dict[int, int], delta: RollupDelta
+    conn: psycopg.AsyncConnection[Any],
+    workspace_of_host: dict[int, int],
+    delta: RollupDelta,
+    booked: Mapping[GpuHourKey, Sequence[int]] | None = None,
 ) -> None:
-    if delta.gpu:
+    """Add the delta to the hourly rows; `booked`: booked sums per GPU hour to add in the
+    same statement (a booking's hours wholly inside it, board.reservations.crediting)."""
+    if booked:
+        params = gpu_hour_params(workspace_of_host, delta, booked)
+        await conn.execute(_UPSERT_BOOKED_GPU_HOURS, params)
+    elif delta.gpu:
         await conn.execute(_UPSERT_GPU_HOURS, gpu_hour_params(workspace_of_host, delta))
     if delta.user:
         await conn.execute(_UPSERT_USER_HOURS, user_hour_params(workspace_of_host, delta))

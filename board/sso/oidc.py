@@ -8,8 +8,12 @@ cached set does not know makes one fresh fetch (the provider rotated its keys).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import warnings
+import zlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,16 +75,85 @@ _discovery: dict[str, tuple[float, Endpoints]] = {}
 _keys: dict[str, tuple[float, KeySet]] = {}
 
 
+def _unpacker(encoding: str) -> Any:
+    """A bounded decoder for the answer's Content-Encoding: none, or one gzip or deflate
+    layer (decoded with a bound on its output); anything else is refused."""
+    kind = encoding.strip().lower()
+    if kind in ("", "identity"):
+        return None
+    if kind in ("gzip", "x-gzip"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 16)
+    if kind == "deflate":
+        return zlib.decompressobj()
+    raise SsoFailed("The sign-in provider answered in an encoding the board does not read.")
+
+
+class _BoundedStream(httpx.AsyncByteStream):
+    """An answer's body, decoded here (one gzip or deflate layer at most, see _unpacker)
+    and cut off past MAX_DOCUMENT_BYTES with an SsoFailed."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, encoding: str) -> None:
+        self.inner = inner
+        self.unpacker = _unpacker(encoding)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        too_big = SsoFailed("The sign-in provider answered with an error. Try again later.")
+        total = 0
+        async for raw in self.inner:
+            chunk = raw
+            if self.unpacker is not None:
+                try:
+                    chunk = self.unpacker.decompress(raw, MAX_DOCUMENT_BYTES + 1 - total)
+                except zlib.error:
+                    raise SsoFailed("The sign-in provider sent something unreadable.") from None
+                if self.unpacker.unconsumed_tail:
+                    raise too_big
+            total += len(chunk)
+            if total > MAX_DOCUMENT_BYTES:
+                raise too_big
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _ask_gzip_or_plain(request: httpx.Request) -> None:
+    request.headers["Accept-Encoding"] = "gzip, identity"
+
+
+async def _bound_answer(response: httpx.Response) -> None:
+    """Every answer of the provider: httpx reads it whole and decodes each chunk as the
+    provider asks (a few hundred bytes gzipped twice are gigabytes), so the body reaches
+    it already decoded, and bounded, here (before anything is read)."""
+    encoding = response.headers.pop("content-encoding", "")
+    response.headers.pop("content-length", None)
+    assert isinstance(response.stream, httpx.AsyncByteStream)
+    try:
+        response.stream = _BoundedStream(response.stream, encoding)
+    except SsoFailed:
+        await response.aclose()
+        raise
+
+
+# On every client that talks to the provider (the proxy settings stay httpx's own).
+_HOOKS: dict[str, list[Any]] = {"request": [_ask_gzip_or_plain], "response": [_bound_answer]}
+
+
 async def _get_json(url: str) -> dict[str, Any]:
     try:
-        async with httpx.AsyncClient(timeout=HTTP_SECONDS) as client:
+        async with (
+            # httpx's timeout bounds each read; this bounds the whole answer (a trickle).
+            asyncio.timeout(HTTP_SECONDS * 2),
+            httpx.AsyncClient(timeout=HTTP_SECONDS, event_hooks=_HOOKS) as client,
+        ):
             response = await client.get(url, headers={"Accept": "application/json"})
-    except httpx.HTTPError:
+            if response.status_code != 200:
+                raise SsoFailed("The sign-in provider answered with an error. Try again later.")
+            content = response.content
+    except (httpx.HTTPError, TimeoutError):
         raise SsoFailed("The sign-in provider could not be reached. Try again later.") from None
-    if response.status_code != 200 or len(response.content) > MAX_DOCUMENT_BYTES:
-        raise SsoFailed("The sign-in provider answered with an error. Try again later.")
     try:
-        data = response.json()
+        data = json.loads(content)
     except ValueError:
         raise SsoFailed("The sign-in provider sent something that is not JSON.") from None
     if not isinstance(data, dict):
@@ -125,6 +198,7 @@ def _client(provider: OidcProvider, redirect_uri: str) -> AsyncOAuth2Client:
         redirect_uri=redirect_uri,
         code_challenge_method="S256",
         timeout=HTTP_SECONDS,
+        event_hooks=_HOOKS,
     )
 
 
@@ -189,6 +263,14 @@ async def _verified(
             claims = None
         except JoseError as exc:
             raise SsoFailed(f"The ID token was refused ({exc.error}).") from None
+        except Exception as exc:
+            # authlib checks the claims with joserfc, whose errors are not authlib's
+            # (expired, another nonce, audience or issuer), and an HMAC or EC token under
+            # an RSA key's id is a KeyError: a refusal each, never a 500 that would also
+            # roll back the spending of the pending sign-in.
+            reason = getattr(exc, "error", None)
+            reason = reason if isinstance(reason, str) and reason else "not valid"
+            raise SsoFailed(f"The ID token was refused ({reason[:60]}).") from None
     if claims is None:
         raise SsoFailed("The ID token is signed with a key the provider does not list.")
     email = claims.get("email")

@@ -17,12 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.audit.service import record_event
 from board.auth import tokens
+from board.auth.emails import plausible_email
 from board.auth.models import Membership, User, Workspace
 from board.settings import OidcProvider
 from board.sso import oidc
 from board.sso.models import SsoLogin
 from board.sso.oidc import SsoFailed
-from board.workspaces.service import find_user, plausible_email
+from board.workspaces.service import find_user
 
 # Time from "Sign in with …" to coming back from the provider.
 PENDING_SECONDS = 600

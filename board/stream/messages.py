@@ -20,6 +20,9 @@ from pydantic import (
 
 MAX_MESSAGE_CHARS = 64 * 1024
 MAX_GPUS = 64
+# 9999-12-31T23:59:59Z: a later ts has no date for browsers (datetime overflows), and a
+# sample that cannot be shown broke every live stream that replayed it, and /latest.
+MAX_TS = 253_402_300_799.0
 
 
 class _Lenient(BaseModel):
@@ -40,8 +43,8 @@ class UtilMessage(_Lenient):
 
     @model_validator(mode="after")
     def _sane(self) -> Self:
-        if not math.isfinite(self.ts) or self.ts <= 0:
-            raise ValueError("ts must be positive epoch seconds")
+        if not math.isfinite(self.ts) or not 0 < self.ts <= MAX_TS:
+            raise ValueError("ts must be positive epoch seconds, at most year 9999")
         uuids = [g.deviceUuid for g in self.gpus]
         if len(set(uuids)) != len(uuids):
             raise ValueError("gpus[].deviceUuid must be unique")

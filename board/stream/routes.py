@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from contextlib import suppress
 from typing import Annotated
 
-from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Header, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from board.auth.deps import MemberDep
-from board.db.deps import SessionDep
-from board.errors import Unauthorized
+from board.auth.deps import MemberDep, WorkspaceContext, token_context
+from board.db.deps import SessionDep, SessionMakerDep
+from board.errors import DomainError, Unauthorized, Unprocessable
+from board.hosts.service import get_host_row
 from board.ingest.access import AgentAccess, AgentHost, HostWatch
 from board.ingest.deps import AccessDep
 from board.stream.hub import HubDep, Sample
@@ -129,6 +131,20 @@ async def agent_stream(websocket: WebSocket, access: AccessDep, hub: HubDep) -> 
                 )
 
 
+def _stream_host(host_id: str | None) -> str | None:
+    """The hostId filter as samples carry it (str(uuid.UUID)): any spelling uuid.UUID
+    reads matches its host, and anything else is a 422 rather than a stream of nothing."""
+    if host_id is None:
+        return None
+    try:
+        return str(uuid.UUID(host_id))
+    except ValueError:
+        # Not echoed: whatever was pasted there (a token, say) stays out of the answer.
+        raise Unprocessable(
+            "hostId is not a host id; pass a hostId as the hosts list shows it (a UUID)."
+        ) from None
+
+
 @api_router.get(
     "",
     response_class=StreamingResponse,
@@ -137,13 +153,31 @@ async def agent_stream(websocket: WebSocket, access: AccessDep, hub: HubDep) -> 
 async def workspace_stream(
     ctx: MemberDep,
     session: SessionDep,
+    sessions: SessionMakerDep,
     hub: HubDep,
     hostId: Annotated[str | None, Query()] = None,  # the API's camelCase
+    authorization: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
-    """Live utilization of the workspace's hosts (or one), as Server-Sent Events."""
+    """Live utilization of the workspace's hosts (or one), as Server-Sent Events.
+
+    A hostId of no host in this workspace (another workspace's included) is a 404, as
+    on the host page's stream. The stream ends soon after its token is revoked or
+    expires, or its person is removed or made finance."""
+    host_id = _stream_host(hostId)
+    if host_id is not None:
+        await get_host_row(session, ctx.workspace_id, host_id)
     # A browser may listen for hours: hold no database connection meanwhile.
     await session.commit()
-    return sse_response(hub, ctx.workspace_id, hostId)
+
+    async def still_allowed() -> bool:
+        async with sessions() as db:
+            try:
+                now: WorkspaceContext = await token_context(db, authorization)
+            except DomainError:
+                return False
+        return now.workspace_id == ctx.workspace_id and now.role in ("admin", "member")
+
+    return sse_response(hub, ctx.workspace_id, host_id, still_allowed)
 
 
 @api_router.get("/latest")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -13,6 +14,11 @@ from fastapi.responses import StreamingResponse
 from board.stream.hub import StreamHub
 
 KEEPALIVE_SECONDS = 15.0
+# How stale the check that the listener may still see the stream gets before an event:
+# nothing leaves more than this after a sign-out, a revoked token or a removal.
+RECHECK_SECONDS = 5.0
+
+StillAllowed = Callable[[], Awaitable[bool]]
 
 
 def _sse(event: str, data: dict[str, Any]) -> str:
@@ -41,12 +47,42 @@ async def sse_events(
             yield _sse("util", sample.event())
 
 
+async def while_allowed(
+    events: AsyncIterable[str | bytes | memoryview], allowed: StillAllowed
+) -> AsyncIterator[str | bytes | memoryview]:
+    """The stream, as long as its listener may see it: before an event goes out, the
+    request's checks (session or token, membership, role) are made again when the last
+    one is older than RECHECK_SECONDS. A stream opened before a sign-out, a revoked token,
+    a removal or a demotion to finance used to go on for as long as its client listened;
+    the keepalive bounds how long a silent one lasts after that."""
+    checked = time.monotonic()
+    source = aiter(events)
+    try:
+        async for event in source:
+            if time.monotonic() - checked >= RECHECK_SECONDS:
+                if not await allowed():
+                    return
+                checked = time.monotonic()
+            yield event
+    finally:
+        close = getattr(source, "aclose", None)  # the hub's subscription ends with it
+        if close is not None:
+            await close()
+
+
 def sse_response(
-    hub: StreamHub, workspace_id: int, host_id: str | None = None
+    hub: StreamHub,
+    workspace_id: int,
+    host_id: str | None = None,
+    still_allowed: StillAllowed | None = None,
 ) -> StreamingResponse:
-    """The response any authenticated page can return (the web pages reuse it)."""
+    """The response any authenticated page can return (the web pages reuse it), checked
+    again while it runs with `still_allowed` when given."""
+    events: AsyncIterable[str | bytes | memoryview] = sse_events(hub, workspace_id, host_id)
+    if still_allowed is not None:
+        events = while_allowed(events, still_allowed)
     return StreamingResponse(
-        sse_events(hub, workspace_id, host_id),
+        events,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -117,7 +117,10 @@ async def issue_token(
             db,
             page.ctx.workspace_id,
             display_name=display_name.strip() or None,
-            expires_in_hours=hours or runtime.settings.enrollment_token_ttl_hours,
+            # Only a blank field means the default: 0 is refused, as the API refuses it.
+            expires_in_hours=(
+                hours if hours is not None else runtime.settings.enrollment_token_ttl_hours
+            ),
         )
         detail = {"displayName": display_name.strip() or None}
         await record(
@@ -159,6 +162,10 @@ async def revoke_host(
     runtime: RuntimeDep,
     address: ClientAddressDep,
 ) -> Response:
+    # Audited and revoked by the id as the board writes it, never as spelled in the URL.
+    host_id = hosts.canonical_host_id(host_id)
+    # Another workspace's (or no) host is a 404 before anything is recorded.
+    await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
     # Recorded first: revoke_host commits, and the entry must be in that transaction.
     await record(db, page.ctx, "host.revoked", target=host_id, address=address)
     # Commits, and reaches every board process's token cache and open agent sockets.

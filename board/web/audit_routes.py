@@ -27,9 +27,9 @@ async def audit_page(
     """Who did what, when and from where; "Older" follows the cursor."""
     before_id = None
     if cursor:
-        if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19):
+        before_id = audit.parse_cursor(cursor)
+        if before_id is None:
             raise Unprocessable("This page link is not valid; start from the newest events.")
-        before_id = int(cursor)
     query = audit.AuditQuery(limit=PAGE_SIZE, before_id=before_id)
     events, next_cursor = await audit.list_events(db, page.ctx.workspace_id, query)
     context = {

@@ -10,6 +10,7 @@ from board.audit.deps import ClientAddressDep
 from board.audit.service import record_for_person
 from board.auth import signin_limits, web_sessions
 from board.auth.deps import PasswordGateDep, memberships_of
+from board.auth.emails import plausible_email
 from board.auth.passwords import PasswordsBusy
 from board.db.deps import SessionDep
 from board.errors import Forbidden
@@ -25,7 +26,7 @@ from board.web.deps import (
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session
 from board.web.signin_page import safe_next, signin_page
-from board.workspaces.service import find_user, plausible_email
+from board.workspaces.service import find_user
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
@@ -122,6 +123,8 @@ async def signin(
         )
         return _refused(request, context, _REFUSED, 401)
     await signin_limits.succeeded(runtime.pool, email, address)
+    if web.secret is not None:  # signing in again: the browser's old session ends here
+        await web_sessions.end(db, web.secret)
     secret = await web_sessions.start(db, user.id, runtime.settings.session_max_age_seconds)
     await record_for_person(
         db,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from board.hosts.schemas import GpuOut, GpuProcessCountOut, HostOut
+from board.hosts.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
 from board.reservations.schemas import ReservationOut
 from board.rollups.crediting import billed_users, compute_holders
 
@@ -55,7 +55,9 @@ def duration(since: datetime | None, now: datetime) -> str:
     return f"{mins} min"
 
 
-@dataclass(frozen=True)
+# slots, not frozen: a fleet page builds 2,400 of them, and a frozen dataclass's __init__
+# (one object.__setattr__ per field) costs twice as much. Nothing changes a card once built.
+@dataclass(slots=True)
 class Card:
     host_id: str
     uuid: str
@@ -130,7 +132,11 @@ class Fleet:
         equal fragments, so a refresh can answer 304 without rendering anything."""
         return [
             self.counts,
-            [(c.host_id, c.uuid) for c in self.offenders],
+            # Drawn with their host's name and holders, whether or not a filter lists them.
+            [
+                (c.host_id, c.uuid, c.host_name, c.index, c.holders, c.state_since)
+                for c in self.offenders
+            ],
             [g.key for g in self.groups],
             [
                 (
@@ -181,15 +187,14 @@ class Fleet:
         }
 
 
-def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut, now: datetime | None = None) -> Card:
-    processes = gpu.processes
-    # Who is billed, as the reports show it: a held card naming no compute process
-    # (an unreadable process list) is held by `unknown`, not by nobody.
-    holders = (
-        billed_users(gpu.usage_state, compute_holders((p.linux_user, p.type) for p in processes))
-        if processes is not None
-        else None
-    )
+def _card(
+    host: HostOut,
+    gpu: GpuOut | GpuProcessCountOut,
+    holders: tuple[str, ...] | None,
+    availability: str,
+    reservation: ReservationOut | None,
+    now: datetime | None,
+) -> Card:
     state = gpu.usage_state if host.freshness in FRESH else "not_observed"
     since = gpu.state_since if state != "not_observed" else None
     return Card(
@@ -209,8 +214,8 @@ def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut, now: datetime | Non
         host_name=host.display_name,
         state_since=since,
         state_for=duration(since, now) if now is not None else "",
-        availability=gpu.availability,
-        reservation=gpu.reservation,
+        availability=availability,
+        reservation=reservation,
     )
 
 
@@ -222,9 +227,37 @@ def _derived(host: HostOut, gpu: GpuOut | GpuProcessCountOut, state: str) -> str
     return "State derived by the board"
 
 
+def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut, now: datetime | None = None) -> Card:
+    processes = gpu.processes
+    # Who is billed, as the reports show it: a held card naming no compute process
+    # (an unreadable process list) is held by `unknown`, not by nobody.
+    holders = (
+        billed_users(gpu.usage_state, compute_holders((p.linux_user, p.type) for p in processes))
+        if processes is not None
+        else None
+    )
+    return _card(host, gpu, holders, gpu.availability, gpu.reservation, now)
+
+
+def card_now(host: HostOut, gpu: GpuNow, with_processes: bool, now: datetime | None) -> Card:
+    """card_of for the fleet's read (board.hosts.service.fleet_hosts); holders only for
+    roles that may see processes."""
+    holders = billed_users(gpu.gpu.usage_state, gpu.holders) if with_processes else None
+    return _card(host, gpu.gpu, holders, gpu.availability, gpu.reservation, now)
+
+
+def _by_index(card: Card) -> tuple[int, str]:
+    return (card.index, card.uuid)
+
+
 def host_cards(host: HostOut, now: datetime | None = None) -> HostCards:
-    cards = sorted((card_of(host, g, now) for g in host.gpus), key=lambda c: (c.index, c.uuid))
+    cards = sorted((card_of(host, g, now) for g in host.gpus), key=_by_index)
     return HostCards(host=host, cards=cards)
+
+
+def fleet_cards(host: HostNow, with_processes: bool, now: datetime | None) -> HostCards:
+    cards = sorted((card_now(host.host, g, with_processes, now) for g in host.gpus), key=_by_index)
+    return HostCards(host=host.host, cards=cards)
 
 
 def card_sort_key(sort: str) -> Callable[[Card], tuple[Any, ...]]:
@@ -253,31 +286,34 @@ def _grouped(cards: list[Card], group: str, sort: str) -> list[CardGroup]:
     key = card_sort_key(sort)
     buckets: dict[str, list[Card]] = defaultdict(list)
     if group == "user":
+        # Unheld GPUs under "", which no Linux user can be (ingest refuses an empty one):
+        # a user named "(nobody)" keeps a group of its own.
         for c in cards:
-            for user in c.holders or (NOBODY,):
+            for user in c.holders or ("",):
                 buckets[user].append(c)
-        order = sorted(buckets, key=lambda u: (u == NOBODY, u.casefold()))
-        return [CardGroup(u, u, sorted(buckets[u], key=key)) for u in order]
+        order = sorted(buckets, key=lambda u: (u == "", u.casefold()))
+        return [CardGroup(u, u or NOBODY, sorted(buckets[u], key=key)) for u in order]
     for c in cards:
         buckets[c.state].append(c)
     return [CardGroup(s, s, sorted(buckets[s], key=key)) for s in CARD_STATES if buckets[s]]
 
 
 def build_fleet(
-    hosts: list[HostOut],
+    hosts: list[HostNow],
     state: str = "",
     host_id: str = "",
     *,
-    shown: list[HostOut] | None = None,
+    shown: list[HostNow] | None = None,
     group: str = "host",
     sort: str = "name",
     now: datetime | None = None,
+    with_processes: bool = True,
 ) -> Fleet:
     """Counts and offenders over the whole fleet; the GPUs shown narrowed to the filters.
 
-    `shown`: the hosts a search left (board.hosts.search), else all of `hosts`.
+    `shown`: the hosts a search left (board.hosts.search.search_fleet), else all of `hosts`.
     """
-    everything = [host_cards(h, now) for h in hosts]
+    everything = [fleet_cards(h, with_processes, now) for h in hosts]
     counts = dict.fromkeys(CARD_STATES, 0)
     for h in everything:
         for c in h.cards:
@@ -285,7 +321,7 @@ def build_fleet(
     counts["total"] = sum(counts[s] for s in CARD_STATES)
     counts["hosts"] = len(everything)
     offenders = worst_offenders([c for h in everything for c in h.cards])
-    narrowed = everything if shown is None else [host_cards(h, now) for h in shown]
+    narrowed = everything if shown is None else _searched(everything, shown)
     listed: list[HostCards] = []
     for h in narrowed:
         if host_id and h.host_id != host_id:
@@ -304,57 +340,15 @@ def build_fleet(
     return Fleet(hosts=listed, counts=counts, offenders=offenders, groups=groups)
 
 
-@dataclass
-class Person:
-    """One Linux user: the GPUs they hold now, idle-held ones and since when, this week's hours."""
-
-    user: str
-    held: int = 0
-    idle_held: int = 0
-    idle_held_since: datetime | None = None
-    idle_held_for: str = ""
-    held_gpu_hours: float = 0.0
-    idle_held_gpu_hours: float = 0.0
-
-
-def people(
-    hosts: list[HostOut], week: list[dict[str, Any]], now: datetime, sort: str = "idle_held"
-) -> list[Person]:
-    """Holders on fresh hosts now, joined with the week's usage report rows (by `user`).
-
-    Sorted by idle-held GPUs (then the longest idle-held first), or by this week's hours.
-    """
-    found: dict[str, Person] = {}
-    for host in hosts:
-        for card in host_cards(host, now).cards:
-            if card.state not in ("active", "idle_held"):
-                continue
-            for user in card.holders or ():
-                person = found.setdefault(user, Person(user))
-                person.held += 1
-                if card.state == "idle_held":
-                    person.idle_held += 1
-                    since = card.state_since
-                    if since is not None and (
-                        person.idle_held_since is None or since < person.idle_held_since
-                    ):
-                        person.idle_held_since = since
-    for row in week:
-        person = found.setdefault(str(row["user"]), Person(str(row["user"])))
-        person.held_gpu_hours = float(row["heldGpuHours"] or 0.0)
-        person.idle_held_gpu_hours = float(row["idleHeldGpuHours"] or 0.0)
-    for person in found.values():
-        person.idle_held_for = duration(person.idle_held_since, now)
-    listed = list(found.values())
-    if sort == "hours":
-        listed.sort(key=lambda p: (-p.held_gpu_hours, p.user))
-    else:
-        listed.sort(
-            key=lambda p: (
-                -p.idle_held,
-                p.idle_held_since.timestamp() if p.idle_held_since else float("inf"),
-                -p.held,
-                p.user,
-            )
+def _searched(everything: list[HostCards], shown: list[HostNow]) -> list[HostCards]:
+    """The cards already built for the hosts and GPUs a search left (none built twice)."""
+    cards = {(h.host_id, c.index, c.uuid): c for h in everything for c in h.cards}
+    return [
+        HostCards(
+            h.host,
+            sorted(
+                (cards[(h.host.host_id, g.gpu.index, g.gpu.uuid)] for g in h.gpus), key=_by_index
+            ),
         )
-    return listed
+        for h in shown
+    ]

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import partial
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
+from board.auth import web_sessions
+from board.auth.deps import member_context
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
+from board.errors import DomainError
 from board.hosts import service as hosts
 from board.hosts.models import Host
-from board.hosts.search import MAX_QUERY_CHARS, search_hosts
+from board.hosts.search import MAX_QUERY_CHARS, search_fleet
 from board.reports import service as reports
-from board.reports.params import parse_window, parse_zone
+from board.reports.params import local_day_hour, parse_window, parse_zone
 from board.reservations.timeline import host_timeline
-from board.runtime import RuntimeDep
+from board.runtime import Runtime, RuntimeDep
 from board.stream.sse import sse_response
 from board.web.deps import MemberPageDep, Page, PageDep
 from board.web.fleet import (
@@ -32,8 +37,9 @@ from board.web.fleet import (
     Fleet,
     build_fleet,
     host_cards,
-    people,
 )
+from board.web.fleet_people import people
+from board.web.fleet_rows import gpu_rows
 from board.web.host_charts import DEFAULT_RANGE, host_history
 from board.web.render import PageRoute, finish, render, static_url, templates
 
@@ -43,7 +49,13 @@ REFRESH_SECONDS = 5
 
 
 def _filters(state: str, host: str) -> tuple[str, str]:
-    return (state if state in CARD_STATES else ""), host.strip()
+    host = host.strip()
+    try:
+        # The id as hosts are listed: an upper-case or braced spelling matched no host.
+        host = str(uuid.UUID(host)) if host else ""
+    except ValueError:
+        pass  # no host has it: nothing matches
+    return (state if state in CARD_STATES else ""), host
 
 
 def _fragments(names: dict[str, str], context: dict[str, Any]) -> dict[str, str]:
@@ -94,12 +106,13 @@ FleetQueryDep = Annotated[FleetQuery, Depends(fleet_query)]
 async def _fleet_context(
     page: Page, db: SessionDep, query: FleetQuery
 ) -> tuple[dict[str, Any], Fleet]:
-    all_hosts = await hosts.list_hosts(db, page.ctx)
+    all_hosts = await hosts.fleet_hosts(db, page.ctx)
+    with_processes = page.ctx.sees_processes
     now = datetime.now(UTC)
     # Durations are rendered with the real clock and carry their stateSince, from which
     # the page's script keeps them current; the refresh's ETag names the minute only.
     minute = now.replace(second=0, microsecond=0)
-    shown = search_hosts(all_hosts, query.q) if query.q else None
+    shown = search_fleet(all_hosts, query.q, with_processes) if query.q else None
     fleet = build_fleet(
         all_hosts,
         query.state,
@@ -108,6 +121,7 @@ async def _fleet_context(
         group=query.group,
         sort=query.sort,
         now=now,
+        with_processes=with_processes,
     )
     shown_gpus = sum(len(h.cards) for h in fleet.hosts)
     view = query.view or ("cards" if fleet.counts["total"] <= CARDS_UP_TO else "rows")
@@ -121,7 +135,8 @@ async def _fleet_context(
         "filtered": bool(query.state or query.host or query.q),
         "shown_gpus": shown_gpus,
         "now": minute,
-        "host_options": all_hosts,
+        "host_options": [h.host for h in all_hosts],
+        "gpu_rows": gpu_rows,
         "sorts": SORTS,
         "groups": GROUPS,
         "views": VIEWS,
@@ -201,14 +216,16 @@ async def people_page(
     sort = sort if sort in ("idle_held", "hours") else "idle_held"
     tz = page.ctx.workspace.timezone
     now = datetime.now(UTC)
-    all_hosts = await hosts.list_hosts(db, page.ctx)
+    all_hosts = await hosts.fleet_hosts(db, page.ctx)
     week_rows: list[dict[str, Any]] = []
     first = tomorrow = None
     if page.ctx.sees_processes:
         _, zone = parse_zone(tz)
         today = datetime.now(zone).date()
         first, tomorrow = _week_start(today), today + timedelta(days=1)
-        window = parse_window(first.isoformat(), tomorrow.isoformat(), tz)
+        # Hours, not dates: a date in a half-hour zone (Asia/Kolkata) is a 422 of the reports.
+        start, end = local_day_hour(first, tz), local_day_hour(tomorrow, tz)
+        window = parse_window(start, end, tz)
         report = await reports.usage_report(
             await report_connection(db), page.ctx.workspace_id, window, ("user",)
         )
@@ -278,8 +295,9 @@ async def host_page(
         {"uuid": c.uuid, "label": f"GPU {c.index}", "css": css.get(f"GPU {c.index}", "")}
         for c in context["view"].cards
     ]
+    # The canonical id: the URL's spelling (upper case, braces) matched no GPU's host id.
     context["host_timeline"] = await host_timeline(
-        db, page.ctx.workspace_id, page.ctx.workspace.timezone, host_id
+        db, page.ctx.workspace_id, page.ctx.workspace.timezone, str(row.public_id)
     )
     context.update(nav="fleet", refresh_seconds=REFRESH_SECONDS)
     return render(request, "host.html", context)
@@ -295,4 +313,22 @@ async def host_stream(
     host = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
     # A page may listen for hours: give the database connection back first.
     await db.commit()
-    return finish(request, sse_response(runtime.stream, page.ctx.workspace_id, str(host.public_id)))
+    secret = page.person.session.secret
+    assert secret is not None  # a signed-in page has a session secret
+    allowed = partial(_stream_still_allowed, runtime, secret, page.person.user_id, page.slug)
+    response = sse_response(runtime.stream, page.ctx.workspace_id, str(host.public_id), allowed)
+    return finish(request, response)
+
+
+async def _stream_still_allowed(runtime: Runtime, secret: str, user_id: int, slug: str) -> bool:
+    """The stream's viewer is still signed in (same session) and still a member or admin
+    of the workspace: the checks of the request that opened it, made again."""
+    async with runtime.sessions() as db:
+        found = await web_sessions.find(db, secret)
+        if found is None or found.user_id != user_id:
+            return False
+        try:
+            ctx = await member_context(db, slug, user_id)
+        except DomainError:
+            return False
+        return ctx.role in ("admin", "member")

@@ -35,8 +35,7 @@ def _chosen(team: str, unassigned: str) -> tuple[bool, str | None]:
 
 async def _figures(db: SessionDep, page: Page, month: str) -> tuple[date, Any, Any]:
     first = statements.parse_month(month, _today(page))
-    zone = page.ctx.workspace.timezone
-    window = statements.month_window(first, zone)
+    window = statements.month_window(first, page.ctx.workspace.timezone)
     currency, teams = await statements.month_figures(
         await report_connection(db), page.ctx.workspace_id, window
     )

@@ -104,10 +104,14 @@ async def add_channel(
         )
         await db.commit()
     except DomainError as exc:
+        # The rollback expires the workspace row, which the page reads again: refreshed
+        # here, or the page's lazy load of it fails outside the async context (a 500).
         await db.rollback()
+        await db.refresh(page.ctx.workspace)
         return await _page(request, page, db, settings, exc.status_code, error=exc.detail)
     except ValueError:
         await db.rollback()
+        await db.refresh(page.ctx.workspace)
         error = "Some of the channel's fields are not valid (at most 20 addresses)."
         return await _page(request, page, db, settings, 422, error=error)
     # Rendered, not redirected: a webhook's secret is shown this once.

@@ -61,7 +61,14 @@ def _parse_local(label: str, value: str, zone: tzinfo) -> datetime:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
         raise Unprocessable(f"{label} {value[:40]!r} is not a date and time.") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+    if moment.tzinfo is not None:
+        return moment
+    local = moment.replace(tzinfo=zone)
+    # A wall time the clocks skip (02:30 on a spring-forward night) has no instant; zoneinfo
+    # would quietly move it an hour, and the booking would start when nobody asked.
+    if local.astimezone(UTC).astimezone(zone).replace(tzinfo=None) != moment:
+        raise Unprocessable(f"{label} {value[:40]} does not exist in {zone}: the clocks skip it.")
+    return local
 
 
 async def _page(

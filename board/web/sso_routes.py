@@ -95,7 +95,7 @@ async def callback(
     db: SessionDep,
     runtime: RuntimeDep,
     address: ClientAddressDep,
-    _web: WebSessionDep,
+    web: WebSessionDep,
     state: Param = "",
     code: Param = "",
     error: Annotated[str, Query(max_length=200)] = "",
@@ -137,6 +137,8 @@ async def callback(
             )
         log.info("single sign-on with %s refused: %s", provider.name, exc)
         return _failed(request, settings, exc, pending.next_path)
+    if web.secret is not None:  # signing in again: the browser's old session ends here
+        await web_sessions.end(db, web.secret)
     secret = await web_sessions.start(db, user_id, settings.session_max_age_seconds)
     await record_for_person(
         db,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+import re
+from datetime import UTC, date, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
-from board.errors import DomainError
+from board.errors import DomainError, Unprocessable
 from board.money.currencies import MINOR_UNITS
 from board.reports import params, service
 from board.reports.csv import render_csv
@@ -22,6 +23,7 @@ router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=
 
 GROUPS = {"user": "User", "team": "Team", "host": "Host", "gpu": "GPU", "day": "Day"}
 DEFAULT_DAYS = 7
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _today(tz_name: str) -> date:
@@ -41,6 +43,9 @@ def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str
             to = (date.fromisoformat(through) + timedelta(days=1)).isoformat()
         except ValueError:
             to = through  # the report's parser says why it is wrong
+        except OverflowError:
+            # 9999-12-31: the calendar has no day after it (was a 500).
+            raise Unprocessable(f"through {through} is the calendar's last day.") from None
     return {
         "from": from_ or (today - timedelta(days=DEFAULT_DAYS - 1)).isoformat(),
         "to": to or (today + timedelta(days=1)).isoformat(),
@@ -49,8 +54,42 @@ def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str
     }
 
 
+def _as_date(value: str) -> date | None:
+    if not _DATE.match(value):
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _report_bound(value: str, tz: str) -> str:
+    """The form's date as the report's bound: the date itself where its local midnight is
+    on a whole UTC hour, else that midnight floored to the hour (a date in a half-hour zone
+    such as Asia/Kolkata is a 422 of the reports). Anything else goes as given, for the
+    report's parser to explain."""
+    day = _as_date(value)
+    if day is None:
+        return value
+    try:
+        _, zone = params.parse_zone(tz)
+        midnight = datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
+    except (DomainError, OverflowError):
+        return value
+    if midnight.minute == 0 and midnight.second == 0:
+        return value
+    return params.local_day_hour(day, tz)
+
+
+def _report_query(query: dict[str, str]) -> dict[str, str]:
+    """The page's query with its dates as report bounds (the REST API's terms)."""
+    tz = query["tz"]
+    return {**query, "from": _report_bound(query["from"], tz), "to": _report_bound(query["to"], tz)}
+
+
 async def _report(db: SessionDep, page: Page, query: dict[str, str]) -> service.UsageReport:
-    window = params.parse_window(query["from"], query["to"], query["tz"])
+    bounds = _report_query(query)
+    window = params.parse_window(bounds["from"], bounds["to"], bounds["tz"])
     keys = params.parse_usage_group(query["groupBy"])
     return await service.usage_report(
         await report_connection(db), page.ctx.workspace_id, window, keys
@@ -62,6 +101,8 @@ async def _days(
 ) -> DayChart | None:
     """GPU-hours per day, active and idle-held: the same report per day (from the
     rollups), or this one when it is already per day."""
+    if keys != ["day"] and not _whole_hour_offsets(report):
+        return None  # local days of a half-hour zone cannot be cut from hourly rollups
     daily = report if keys == ["day"] else await _report(db, page, {**query, "groupBy": "day"})
     if not daily.rows:
         return None
@@ -80,11 +121,18 @@ async def _days(
     return day_columns(columns)
 
 
+def _whole_hour_offsets(report: service.UsageReport) -> bool:
+    """Whether the report's zone is a whole number of hours from UTC all through it."""
+    tz_name, zone = params.parse_zone(report.head.tz)
+    window = params.Window(report.head.from_, report.head.to, tz_name, zone)
+    return all(offset.total_seconds() % 3600 == 0 for _, offset in window.changes)
+
+
 def _through(to: str) -> str:
     """The form shows the last day included; the report's `to` is the day after."""
     try:
         return (date.fromisoformat(to) - timedelta(days=1)).isoformat()
-    except ValueError:
+    except (ValueError, OverflowError):  # 0001-01-01 has no day before it (was a 500)
         return to
 
 
@@ -153,7 +201,10 @@ async def usage_page(
         "csv_url": f"/w/{page.slug}/usage.csv?{urlencode(query)}",
         # Digits of the currency's minor unit, for the cost column.
         "cost_digits": 2,
-        "api_url": f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv",
+        "api_url": (
+            f"/api/v1/workspaces/{page.slug}/reports/usage?"
+            f"{urlencode(_report_query(query))}&format=csv"
+        ),
     }
     try:
         report = await _report(db, page, query)
@@ -196,8 +247,15 @@ async def usage_csv(
     # Named by the first and the last day it includes, in the report's zone (the
     # window's end is the first instant not included).
     _, zone = params.parse_zone(query["tz"])
-    first = report.head.from_.astimezone(zone).date()
-    last = (report.head.to.astimezone(zone) - timedelta(microseconds=1)).date()
+    # The dates asked for where they were dates: in a half-hour zone the bounds are the
+    # UTC hours just before them.
+    asked_to = _as_date(query["to"])
+    first = _as_date(query["from"]) or report.head.from_.astimezone(zone).date()
+    last = (
+        asked_to - timedelta(days=1)
+        if asked_to
+        else (report.head.to.astimezone(zone) - timedelta(microseconds=1)).date()
+    )
     filename = f"usage-{first.isoformat()}_{last.isoformat()}.csv"
     return finish(
         request,

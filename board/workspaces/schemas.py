@@ -6,7 +6,6 @@ their camelCase aliases, in declaration order: the field order here is the wire 
 
 from __future__ import annotations
 
-import zoneinfo
 from typing import Annotated, Any
 
 from annotated_types import Ge, Le
@@ -24,6 +23,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from board.readmodels import IsoTime, ReadModel
+from board.zones import iana_zone
 
 
 class WorkspaceSettings(ReadModel):
@@ -48,8 +48,8 @@ def _not_null(value: object) -> object:
 def _iana_zone(name: str | None) -> str | None:
     if name is not None:
         try:
-            zoneinfo.ZoneInfo(name)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            iana_zone(name)
+        except ValueError:
             raise ValueError("not an IANA time zone") from None
     return name
 

@@ -14,6 +14,7 @@ from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth import passwords, tokens
+from board.auth.emails import mailable, plausible_email
 from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
 from board.errors import Conflict, Forbidden, NotFound, Unprocessable
 from board.workspaces.schemas import (
@@ -27,13 +28,12 @@ from board.workspaces.schemas import (
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # No spaces or control characters (PostgreSQL text cannot even hold NUL).
-_EMAIL = re.compile(r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$")
 # Live personal API tokens one person may hold in one workspace.
 MAX_API_TOKENS = 20
 
 
 async def create_workspace(session: AsyncSession, slug: str, name: str | None) -> Workspace:
-    if not _SLUG.match(slug):
+    if not _SLUG.fullmatch(slug):  # match() lets "$" pass a trailing newline
         raise Unprocessable(
             "A workspace slug is 1-63 lowercase letters, digits or dashes, starting with a "
             "letter or digit."
@@ -107,7 +107,8 @@ async def add_member(
     (that was an account takeover across workspaces). Only the person changes it.
     """
     email = email.strip().lower()
-    if not plausible_email(email):
+    # Mail must reach the person it names: "a<b>@x" would be mailed to "b".
+    if not (plausible_email(email) and mailable(email)):
         raise Unprocessable(f"{email[:320]!r} is not an email address.")
     if role not in ROLES:
         raise Unprocessable(f"Role must be one of {', '.join(ROLES)}.")
@@ -127,6 +128,9 @@ async def add_member(
     if membership is None:
         session.add(Membership(workspace_id=workspace.id, user_id=user.id, role=role))
     else:
+        if membership.role == "admin" and role != "admin":
+            # A re-add with another role is a demotion: the last admin may not lose it.
+            await _ensure_not_last_admin(session, workspace.id)
         membership.role = role
         # Re-adding hands out a new token: the ones issued before stop working.
         await revoke_member_tokens(session, workspace.id, user.id)
@@ -142,10 +146,6 @@ async def add_member(
     )
 
 
-def plausible_email(email: str) -> bool:
-    return len(email) <= 320 and _EMAIL.match(email) is not None
-
-
 async def find_member(session: AsyncSession, workspace_id: int, email: str) -> Membership:
     if not plausible_email(email.strip().lower()):
         raise NotFound("No such member in this workspace.")
@@ -159,6 +159,20 @@ async def find_member(session: AsyncSession, workspace_id: int, email: str) -> M
     return membership
 
 
+async def _ensure_not_last_admin(session: AsyncSession, workspace_id: int) -> None:
+    # FOR UPDATE: two admins stepping down at once would each count the other; locked,
+    # the second waits for the first and re-reads its row, no longer an admin's.
+    admins = (
+        await session.scalars(
+            select(Membership.user_id)
+            .where(Membership.workspace_id == workspace_id, Membership.role == "admin")
+            .with_for_update()
+        )
+    ).all()
+    if len(admins) <= 1:
+        raise Conflict("This is the workspace's only admin; make someone else admin first.")
+
+
 async def remove_member(session: AsyncSession, workspace_id: int, email: str) -> int:
     """End the membership and its API tokens; the person's user id (to end their sessions).
 
@@ -166,13 +180,7 @@ async def remove_member(session: AsyncSession, workspace_id: int, email: str) ->
     """
     membership = await find_member(session, workspace_id, email)
     if membership.role == "admin":
-        admins = await session.scalar(
-            select(func.count())
-            .select_from(Membership)
-            .where(Membership.workspace_id == workspace_id, Membership.role == "admin")
-        )
-        if admins == 1:
-            raise Conflict("This is the workspace's only admin; make someone else admin first.")
+        await _ensure_not_last_admin(session, workspace_id)
     user_id = membership.user_id
     await session.execute(
         delete(ApiToken).where(ApiToken.workspace_id == workspace_id, ApiToken.user_id == user_id)

@@ -92,6 +92,33 @@ async def test_a_new_account_gets_its_first_password(app: Any, client: Any) -> N
         assert (await sign_in(browser, "new@acme.example", "first-password")).status_code == 303
 
 
+@pytest.mark.parametrize(
+    "email", ["a<b>@acme.example", "a)b@acme.example", "(a@acme.example", "a,b@acme.example"]
+)
+async def test_an_address_mail_would_read_as_another_is_no_member(
+    app: Any, client: Any, email: str
+) -> None:
+    """Notices mail members: "a<b>@x" would go to "b", "(a@x" would stop every mail."""
+    acme = await make_tenant(app, "acme")
+    before = await client.get("/api/v1/workspaces/acme/members", headers=acme.auth())
+    added = await client.post(
+        "/api/v1/workspaces/acme/members",
+        json={"email": email, "role": "member"},
+        headers=acme.auth(),
+    )
+    assert added.status_code == 422, added.text
+    assert isinstance(added.json()["detail"], str)
+    after = await client.get("/api/v1/workspaces/acme/members", headers=acme.auth())
+    assert after.json() == before.json()
+
+
+def test_a_trailing_newline_is_no_email() -> None:
+    from board.auth.emails import plausible_email
+
+    assert plausible_email("a@acme.example")
+    assert not plausible_email("a@acme.example\n")
+
+
 async def test_signed_out_cookie_is_worthless(app: Any) -> None:
     await make_tenant(app, "acme")
     async with _client(app) as browser:
@@ -106,6 +133,31 @@ async def test_signed_out_cookie_is_worthless(app: Any) -> None:
         again = await _admin_page(replay, "acme")
         assert again.status_code == 303
         assert again.headers["location"].startswith("/signin")
+
+
+async def test_signing_in_again_ends_the_browsers_old_session(app: Any) -> None:
+    """A second sign-in in one browser replaces its session: the old cookie, copied
+    before, no longer opens anything."""
+    await make_tenant(app, "acme")
+    async with _client(app) as browser:
+        assert (await sign_in(browser, "admin@acme.example")).status_code == 303
+        old_cookies = dict(browser.cookies)
+        page = await _admin_page(browser, "acme")
+        assert _signed_in(page)
+        # The sign-in form redirects a signed-in browser; a post from another tab does not.
+        again = await browser.post(
+            "/signin",
+            data={
+                "csrf_token": csrf_of(page.text),
+                "email": "admin@acme.example",
+                "password": PASSWORD,
+            },
+        )
+        assert again.status_code == 303, again.text
+        assert _signed_in(await _admin_page(browser, "acme"))
+    async with _client(app) as replay:
+        replay.cookies.update(old_cookies)
+        assert not _signed_in(await _admin_page(replay, "acme"))
 
 
 async def test_password_change_ends_other_sessions(app: Any) -> None:

@@ -46,8 +46,18 @@ async def host(app: Any, client: httpx.AsyncClient) -> dict[str, Any]:
 
 DAY = yesterday().date().isoformat()
 GOOD_GPU = archive_of(make_ticks(yesterday() + timedelta(hours=1), n=3))[0]
-TODAY = datetime.now(UTC).date().isoformat()
-TOMORROW = (datetime.now(UTC).date() + timedelta(days=1)).isoformat()
+# Today and tomorrow are read when the case runs, not at import: a run that crosses
+# midnight UTC would otherwise upload for a day that has closed meanwhile.
+TODAY = "<today>"
+TOMORROW = "<tomorrow>"
+
+
+def _day_of(day: str) -> str:
+    today = datetime.now(UTC).date()
+    relative = {TODAY: today, TOMORROW: today + timedelta(days=1)}.get(day)
+    return day if relative is None else relative.isoformat()
+
+
 OTHER_DAY = (yesterday() - timedelta(days=1)).date().isoformat()
 
 
@@ -161,7 +171,7 @@ async def test_bad_archive_is_refused_and_changes_nothing(
 ) -> None:
     table, day, body, status, words = CASES[case]
     assert case != "gzip bomb" or len(body) <= LIMIT < 4 * LIMIT < len(gzip.decompress(body))
-    r = await upload(client, host, table, day, body)
+    r = await upload(client, host, table, _day_of(day), body)
     assert r.status_code == status, r.text
     detail = r.json()["detail"]
     assert isinstance(detail, str)

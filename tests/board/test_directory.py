@@ -68,6 +68,10 @@ async def test_bad_directory_input(app, client) -> None:
         ("/alice", {"memberEmail": "stranger@example.com", "team": None}, "admin", 422),
         ("/alice", {"memberEmail": None, "team": "x" * 101}, "admin", 422),
         ("/alice", {"memberEmail": None, "team": "a\u0000b"}, "admin", 422),
+        ("/alice", {"memberEmail": None, "team": "ml\u007f"}, "admin", 422),
+        # A right-to-left override makes "ml\u202egnp" read "mlpng" on the pages.
+        ("/alice", {"memberEmail": None, "team": "ml\u202egnp"}, "admin", 422),
+        ("/alice", {"memberEmail": None, "team": "\u2066ml\u2069"}, "admin", 422),
         ("/alice", {"team": "ml", "extra": 1}, "admin", 422),
     ]:
         r = await client.put(_url(tenant, path), json=body, headers=tenant.auth(role))

@@ -23,7 +23,9 @@ async def test_one_bad_item_does_not_fail_its_batch(app, client, monkeypatch) ->
     hosts = [await enroll(client, tenant, f"vm-{i}") for i in range(4)]
     # A rule only the database knows, so the bad push passes validation and fails the
     # batch's transaction: the writer must retry the others alone.
-    await execute(app, "ALTER TABLE gpu_samples ADD CONSTRAINT no_77 CHECK (util_pct <> 77)")
+    await execute(
+        app, "ALTER TABLE host_observations ADD CONSTRAINT no_77 CHECK (77 <> ALL (gpu_util_pct))"
+    )
     at = minutes_ago(1)
     bodies = [retimed(example("observation-1.8.0-fake.json"), at) for _ in hosts]
     bodies[2]["gpus"][0]["utilPct"] = 77

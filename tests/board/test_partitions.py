@@ -38,24 +38,26 @@ async def test_window_created_and_old_days_dropped(database_url: str) -> None:
     today = date(2030, 1, 10)  # far from the template's real days
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         result = await run_maintenance(conn, retention_days=5, ahead_days=2, today=today)
-        children = await _children(conn, "gpu_samples")
+        children = await _children(conn, "host_observations")
         for offset in range(-5, 3):
-            assert partition_name("gpu_samples", today + timedelta(days=offset)) in children
-        assert partition_name("gpu_samples", today - timedelta(days=6)) not in children
-        assert any(name.startswith("gpu_samples_p") for name in result.dropped)  # template's days
+            assert partition_name("host_observations", today + timedelta(days=offset)) in children
+        assert partition_name("host_observations", today - timedelta(days=6)) not in children
+        assert any(
+            name.startswith("host_observations_p") for name in result.dropped
+        )  # template's days
         again = await run_maintenance(conn, retention_days=5, ahead_days=2, today=today)
         assert again.created == []
         assert again.dropped == []
         later = await run_maintenance(
             conn, retention_days=5, ahead_days=2, today=today + timedelta(days=1)
         )
-        assert partition_name("gpu_samples", today - timedelta(days=5)) in later.dropped
-        assert partition_name("gpu_samples", today + timedelta(days=3)) in later.created
+        assert partition_name("host_observations", today - timedelta(days=5)) in later.dropped
+        assert partition_name("host_observations", today + timedelta(days=3)) in later.created
 
 
 async def test_no_default_partition_catches_rows(database_url: str) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        for table in ("host_observations", "gpu_samples", "process_samples"):
+        for table in PARTITIONED_TABLES:
             cur = await conn.execute(
                 "SELECT count(*) FROM pg_partitioned_table pt JOIN pg_class c "
                 "ON c.oid = pt.partrelid WHERE c.relname = %s AND pt.partdefid <> 0",
@@ -64,7 +66,9 @@ async def test_no_default_partition_catches_rows(database_url: str) -> None:
             assert (await cur.fetchone())[0] == 0
         with pytest.raises(psycopg.errors.CheckViolation):
             await conn.execute(
-                "INSERT INTO host_observations VALUES (1, 1, %s, now(), 'ok', '{}', 'x', 'y')",
+                "INSERT INTO host_observations VALUES (1, 1, %s, now(), 'ok', '{}', 'x', 'y', "
+                + ", ".join(["'{}'"] * 15)
+                + ")",
                 [datetime(2000, 1, 1, tzinfo=UTC)],
             )
 
@@ -75,5 +79,6 @@ async def test_days_old_observation_lands_in_its_partition(app, client) -> None:
     old = datetime.now(UTC) - timedelta(days=20)
     r = await push(client, host["agentToken"], retimed(example("observation-1.8.0-fake.json"), old))
     assert r.status_code == 202
-    table = partition_name("gpu_samples", old.date())
-    assert await scalar(app, f"SELECT count(*) FROM {table}") == 3
+    table = partition_name("host_observations", old.date())
+    assert await scalar(app, f"SELECT count(*) FROM {table}") == 1
+    assert await scalar(app, f"SELECT cardinality(gpu_id) FROM {table}") == 3

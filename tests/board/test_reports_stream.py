@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from board.reports import params, rendered, service, stream
+from board.reports import bodies, params, rendered, service, stream, utilization_stream
 from board.reports.csv import render_csv
 from board.reports.slots import APPLICATION_NAME
 from board.runtime import Runtime
@@ -79,7 +79,10 @@ USAGE_GROUPS = ["user", "host", "gpu", "day"] + [
 def batches(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "many batches":
         # Batches and fetches that split blocks and rows everywhere.
-        monkeypatch.setattr(stream, "BATCH_ROWS", 37)
+        monkeypatch.setattr(utilization_stream, "BATCH_ROWS", 37)
+        monkeypatch.setattr(utilization_stream, "KEPT_BYTES", 300)
+        monkeypatch.setattr(bodies.KeptReader, "FETCH", {"hour": 3, "day": 2})
+        monkeypatch.setattr(utilization_stream, "FETCH_ROWS", 5)
         monkeypatch.setattr(stream, "FETCH_ROWS", 5)
     return str(request.param)
 
@@ -98,11 +101,14 @@ async def test_streamed_utilization_is_the_buffered_body(app, client, batches) -
                 f"/api/v1/workspaces/{slug}/reports/utilization?from={start}&to={end}&tz={tz}"
                 f"&groupBy={group}&bucket={bucket}&format={fmt}"
             )
-            got = await _get(client, auth, url)
-            assert got == expected.body(), (group, bucket, fmt, start, tz)
+            # Rendered live (its closed, clean blocks then kept), then from the kept blocks.
+            for attempt in ("live", "kept"):
+                got = await _get(client, auth, url)
+                assert got == expected.body(), (group, bucket, fmt, start, tz, attempt)
             assert built.rows, (group, bucket, start, tz)
             if fmt == "csv":
                 assert got.decode() == render_csv(built)
+    assert await scalar(app, "SELECT count(*) FROM report_bodies WHERE workspace_id = %s", ws)
 
 
 async def test_streamed_usage_is_the_buffered_body(app, client, batches) -> None:
@@ -141,14 +147,23 @@ async def test_gzip_is_the_same_body_compressed_once(app, client) -> None:
         plain = await client.get(f"{base}/{path}", headers={**auth, "Accept-Encoding": "identity"})
         assert plain.status_code == 200, plain.text
         assert "content-encoding" not in plain.headers
-        async with client.stream(
-            "GET", f"{base}/{path}", headers={**auth, "Accept-Encoding": "gzip"}
-        ) as packed:
-            assert packed.status_code == 200
-            assert packed.headers["content-encoding"] == "gzip"
-            assert "Accept-Encoding" in packed.headers["vary"]
-            raw = b"".join([chunk async for chunk in packed.aiter_raw()])
-        assert zlib.decompress(raw, 16 + zlib.MAX_WBITS) == plain.content, path
+        for refusing in ("gzip;q=0", "br, gzip; q=0.000", "notgzip"):
+            r = await client.get(f"{base}/{path}", headers={**auth, "Accept-Encoding": refusing})
+            assert "content-encoding" not in r.headers, refusing
+            assert r.content == plain.content, refusing
+        for attempt in ("live", "kept"):
+            async with client.stream(
+                "GET", f"{base}/{path}", headers={**auth, "Accept-Encoding": "gzip"}
+            ) as packed:
+                assert packed.status_code == 200
+                assert packed.headers["content-encoding"] == "gzip"
+                assert "Accept-Encoding" in packed.headers["vary"]
+                raw = b"".join([chunk async for chunk in packed.aiter_raw()])
+            # One gzip member whose CRC and length check out (zlib verifies both).
+            unpacked = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            assert unpacked.decompress(raw) == plain.content, (path, attempt)
+            assert unpacked.eof
+            assert not unpacked.unused_data
 
 
 async def test_empty_reports_stream_the_buffered_empty_body(app, client) -> None:
@@ -195,7 +210,11 @@ async def _wait_for(check: Any, what: str, seconds: float = 60) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_client_gone_mid_body_ends_the_query_and_frees_the_slot(app) -> None:
+@pytest.mark.parametrize("days", ["dirty", "keeping", "kept"])
+async def test_client_gone_mid_body_ends_the_query_and_frees_the_slot(app, days) -> None:
+    """Rendered live (dirty days), rendered and kept as it goes (its own second
+    connection), or sent from kept bodies (a server-side cursor): all end with the
+    client."""
     slug, ws, gpus = await _fleet(app)
     auth = await _finance(app, slug)
     # ~60 days of hourly rows for 4 GPUs, JSON padded by long names: several MiB, far
@@ -222,8 +241,16 @@ async def test_client_gone_mid_body_ends_the_query_and_frees_the_slot(app) -> No
         f"/api/v1/workspaces/{slug}/reports/utilization?from=2026-01-01&to=2026-03-01"
         "&groupBy=gpu&bucket=hour"
     )
+    if days != "dirty":
+        await refresh_all_days(app)
     async with serve(app) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            if days == "kept":
+                whole = await http.get(url, headers=auth)
+                assert whole.status_code == 200
+                assert await scalar(
+                    app, "SELECT count(*) FROM report_bodies WHERE workspace_id = %s", ws
+                )
             plain = {**auth, "Accept-Encoding": "identity"}
             async with http.stream("GET", url, headers=plain) as r:
                 assert r.status_code == 200

@@ -72,6 +72,9 @@ def test_log_lines_never_carry_a_secret(caplog: pytest.LogCaptureFixture) -> Non
     assert "gua_agent_1a2b3c4d" in redact(f"< authorization: Bearer {secret}")
     assert "s3cr3t" not in redact("cookie: gua_session=s3cr3t; theme=dark")
     assert "opaque" not in redact("Authorization: Bearer opaque")
+    feed = "gua_cal_0a1b2c3d_" + "y" * 43  # a calendar feed's token, in its URL's query
+    assert feed not in redact(f"GET /api/v1/calendar/reservations.ics?token={feed}")
+    assert "gua_cal_0a1b2c3d" in redact(f"?token={feed}")
     record = logging.LogRecord("websockets.server", logging.DEBUG, "", 0, "< %s", (secret,), None)
     RedactSecrets().filter(record)
     assert secret not in record.getMessage()

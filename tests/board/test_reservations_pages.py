@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from tests.board.builders import enroll, make_tenant, push
 from tests.board.test_reports_builders import gpu, observation, proc
 from tests.web.helpers import csrf_of, sign_in
@@ -245,3 +247,19 @@ async def test_a_gpu_card_books_that_gpu(app, client) -> None:
     seen = await client.get(f"/w/{tenant.slug}/hosts/{host['hostId']}")
     assert seen.status_code == 200
     assert "Book this GPU" not in seen.text
+
+
+def test_a_wall_time_the_clocks_skip_is_refused_not_moved() -> None:
+    """02:30 on Berlin's spring-forward night does not exist: zoneinfo would read it as
+    03:30 and the booking would start an hour later than the form said."""
+    from zoneinfo import ZoneInfo
+
+    from board.errors import Unprocessable
+    from board.web.reservation_routes import _parse_local
+
+    berlin = ZoneInfo("Europe/Berlin")
+    with pytest.raises(Unprocessable, match="clocks skip it"):
+        _parse_local("start", "2027-03-28T02:30", berlin)
+    assert _parse_local("start", "2027-03-28T03:30", berlin).utcoffset() == timedelta(hours=2)
+    # The autumn hour that happens twice is the first of the two, as zoneinfo reads it.
+    assert _parse_local("start", "2027-10-31T02:30", berlin).utcoffset() == timedelta(hours=2)

@@ -1,5 +1,6 @@
 """Any arrival order, with the booking made before, during or after the data, gives the
-figures of the in-order stream with the booking made first."""
+figures of the in-order stream with the booking made first: for partial hours and for
+hours wholly inside the booking (kept in different tables) alike."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from tests.board.test_reports_builders import days_ago_midnight, observation, qu
 
 _kind = st.sampled_from(["used", "idle_held", "conflict", "unused"])
 _step = st.tuples(st.sampled_from([1, 30, 59, 119, 121, 600]), _kind)
+# A booking's (start from the UTC midnight, length).
+_SHAPES = [(-10 * MINUTE, 20 * MINUTE), (0 * MINUTE, 60 * MINUTE), (-10 * MINUTE, 80 * MINUTE)]
 
 
 @settings(
@@ -25,8 +28,11 @@ _step = st.tuples(st.sampled_from([1, 30, 59, 119, 121, 600]), _kind)
 @given(steps=st.lists(_step, min_size=1, max_size=8), data=st.data())
 async def test_arrival_order_and_booking_time_do_not_matter(app, client, steps, data) -> None:
     tenant = await quick_tenant(app, "rprop")
-    start = days_ago_midnight(1) - 10 * MINUTE  # bookings cross midnight
-    end = start + 20 * MINUTE
+    # Across midnight inside two partial hours (reservation_hour_figures), one whole hour
+    # (the GPU-hour row's booked sums), or a whole hour between two partial ones.
+    offset, length = data.draw(st.sampled_from(_SHAPES), label="booking")
+    start = days_ago_midnight(1) + offset
+    end = start + length
     bodies = [observation(start - 3 * MINUTE, [segment_gpu("unused")])]
     at = start - 3 * MINUTE
     for seconds, kind in steps:

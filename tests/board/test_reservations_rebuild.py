@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from board.cli.rollups import rebuild_command
 from board.db.urls import libpq_url
+from board.reservations.figures import figure_rows
 from tests.board.builders import enroll
 from tests.board.reservation_builders import MINUTE, book_at, cancel_at, push_series
 from tests.board.test_reports_builders import days_ago_midnight, quick_tenant, workspace_id
@@ -19,13 +20,10 @@ KINDS = ["used"] * 30 + ["idle_held"] * 20 + ["conflict"] * 20 + ["unused"] * 20
 
 
 async def _figures(conn: psycopg.AsyncConnection[Any], ws: int) -> list[tuple[Any, ...]]:
-    cur = await conn.execute(
-        "SELECT reservation_id, gpu_id, hour_start, covered_us, used_us, idle_held_us, "
-        "conflict_us, unused_us FROM reservation_hour_figures "
-        "WHERE workspace_id = %s AND covered_us <> 0 ORDER BY 1, 2, 3",
-        [ws],
-    )
-    return await cur.fetchall()
+    """Both kinds: partial hours (reservation_hour_figures) and whole ones (booked_*)."""
+    far = datetime.now(UTC) - timedelta(days=7)
+    rows = await figure_rows(conn, ws, far, far + timedelta(days=14))
+    return [row for row in rows if row[3] != 0]
 
 
 async def test_rebuild_equals_the_ingest_time_figures(app, client, settings, capsys) -> None:
@@ -83,6 +81,9 @@ async def test_rebuild_equals_the_ingest_time_figures(app, client, settings, cap
         day = start + 30 * MINUTE
         await conn.execute(
             "UPDATE reservation_hour_figures SET used_us = 0 WHERE workspace_id = %s", [ws]
+        )
+        await conn.execute(
+            "UPDATE gpu_hour_rollups SET booked_used_us = 0 WHERE workspace_id = %s", [ws]
         )
         args = argparse.Namespace(
             workspace=tenant.slug,

@@ -26,8 +26,11 @@ def test_serve_and_commands_share_the_embedded_server(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 90
+        # initdb, start and every migration on a shared 2-core box: a generous deadline.
+        deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise AssertionError(f"gua-board serve exited with {server.returncode}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                     break

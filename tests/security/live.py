@@ -27,7 +27,7 @@ import httpx
 
 BIN = Path(sys.executable).parent
 # A whole bearer secret: kind, 8 hex public id, "_", 256 random bits (url-safe base64).
-SECRET = re.compile(r"gua_(?:agent|pat|enroll)_[0-9a-f]{8}_[A-Za-z0-9_-]{30,}")
+SECRET = re.compile(r"gua_[a-z]+_[0-9a-f]{8}_[A-Za-z0-9_-]{30,}")  # agent, pat, enroll, cal
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 TIMEOUT = httpx.Timeout(120.0, connect=30.0)
 

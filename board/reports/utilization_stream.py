@@ -1,0 +1,280 @@
+"""The utilization report's body, streamed: kept blocks as they were deflated, the rest
+rendered by PostgreSQL as the rows come.
+
+The bytes are rendered.utilization's (the tests hold them equal). Rows are in key name
+order, then time; each key's time axis is cut into the pieces of bodies.plan: a kept
+block is sent as its deflated segment (board.reports.bodies says when that is right),
+anything else is rendered live, and a block rendered live is deflated and kept for the
+next report. Every row's text starts with the row separator, so pieces join as they
+are; the JSON body's first row loses its comma.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import psycopg
+
+from board.reports import bodies, deflated, service
+from board.reports import repository as repo
+from board.reports.csv import LINE_END, csv_cells
+from board.reports.deflated import Deflated
+from board.reports.params import Window
+from board.reports.rendered import _FIELDS, JSON_ROW_START, _csv_number, _json_number, _Utf8Bytes
+from board.reports.stream import ordered_keys
+
+# Live rows per query (keys taken in order until it or KEPT_BYTES of their kept
+# segments are reached) and per fetch: a few MiB in the worker at a time.
+BATCH_ROWS = 10_000
+FETCH_ROWS = 2_000
+KEPT_BYTES = 2 << 20
+
+Part = bytes | Deflated
+Parts = AsyncIterator[Part]
+
+
+def _row_sql(fmt: str) -> str:
+    """Each row's whole text: separator, key fields, bucket label, figures."""
+    if fmt == "json":
+        fields = ", ".join(f"',\"{name}\":', {_json_number(column)}" for name, column in _FIELDS)
+        return f"concat(',', k.prefix, lb.label, {fields}, '}}')"
+    fields = ", ".join(f"',', {_csv_number(column)}" for _, column in _FIELDS)
+    return f"concat(E'\\r\\n', k.prefix, lb.label, {fields})"
+
+
+def _live_sql(group: str, bucket: str, fmt: str) -> str:
+    """The rows of the asked (key, piece) pairs, in body order, tagged with both."""
+    return f"""
+        SELECT k.ord, n.idx, {_row_sql(fmt)}, f.covered_us
+        FROM ({repo.utilization_figures_sql(group, bucket, keyed=True)}) AS f
+        JOIN unnest(%(keys)s::bigint[], %(ords)s::int[], %(prefixes)s::text[])
+             AS k(id, ord, prefix) ON k.id = f.key
+        JOIN unnest(%(need_keys)s::bigint[], %(need_pieces)s::int[]) AS n(key, idx)
+          ON n.key = f.key
+        JOIN unnest(%(piece_nos)s::int[], %(piece_los)s::timestamptz[],
+                    %(piece_his)s::timestamptz[]) AS p(idx, lo, hi)
+          ON p.idx = n.idx AND f.bucket >= p.lo AND (p.hi IS NULL OR f.bucket < p.hi)
+        JOIN unnest(%(starts)s::timestamptz[], %(labels)s::text[]) AS lb(start, label)
+          ON lb.start = f.bucket
+        ORDER BY k.ord, f.bucket
+    """
+
+
+async def _hour_buckets(
+    conn: psycopg.AsyncConnection[Any], scope: repo.Scope, bucket: str
+) -> list[tuple[datetime, datetime]]:
+    """(hour, its bucket's start) for every hour of the window and the hour after it,
+    by the expression the rows are bucketed with."""
+    cur = await conn.execute(
+        f"""
+        SELECT h, {repo.hour_bucket_sql(bucket, "h")}
+        FROM generate_series(%(start)s::timestamptz, %(end)s::timestamptz,
+                             interval '1 hour') AS h
+        ORDER BY h
+        """,
+        scope.params(),
+        binary=True,  # thousands of timestamps: binary ones load several times faster
+    )
+    rows = await cur.fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+class _LiveRows:
+    """A live query's rows taken a (key, piece) at a time, fetched FETCH_ROWS at once."""
+
+    def __init__(self, cur: psycopg.AsyncCursor[Any]) -> None:
+        self.cur = cur
+        self.rows: list[Any] = []
+        self.at = 0
+        self.done = False
+
+    async def take(self, ordinal: int, piece: int) -> tuple[bytes, int]:
+        """The rows' text and their covered microseconds."""
+        parts = []
+        covered = 0
+        while True:
+            if self.at == len(self.rows):
+                if self.done:
+                    break
+                self.rows = await self.cur.fetchmany(FETCH_ROWS)
+                self.at = 0
+                if not self.rows:
+                    self.done = True
+                    break
+            row = self.rows[self.at]
+            if row[0] != ordinal or row[1] != piece:
+                break
+            parts.append(row[2])
+            covered += row[3]
+            self.at += 1
+        return b"".join(parts), covered
+
+
+async def prepare_utilization(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    group: str,
+    bucket: str,
+    fmt: str,
+    connect: Callable[[], Any] | None = None,
+) -> Parts:
+    """The utilization report's body as parts: text, or kept deflated segments.
+    `connect`: a new autocommit connection on which blocks rendered live are kept."""
+    scope = await service.utilization_scope(conn, workspace_id, window, bucket)
+    with service.zone_known_to_database(window):
+        hours = await _hour_buckets(conn, scope, bucket)
+    labels: dict[datetime, str] = {}
+    for _, start in hours[:-1]:
+        if start not in labels:
+            label = window.local(start).isoformat()
+            labels[start] = orjson.dumps(label).decode() if fmt == "json" else csv_cells((label,))
+    keys = await ordered_keys(conn, workspace_id, group)
+    prefixes = []
+    for _, fields in keys:
+        if fmt == "json":
+            prefixes.append(orjson.dumps(fields)[:-1] + b"," + JSON_ROW_START[1:])
+        else:
+            prefixes.append((csv_cells(fields.values()) + ",").encode())
+    keyed = [(key_id, prefix) for (key_id, _), prefix in zip(keys, prefixes, strict=True)]
+
+    report = f"utilization:{group}:{bucket}:{fmt}:{window.tz_name}"
+    dirty, versions = await bodies.day_states(conn, workspace_id, window)
+    pieces = bodies.plan(window, bucket, hours, dirty, versions, datetime.now(UTC))
+    blocks = [p for p in pieces if p.units]
+    starts = sorted(labels)
+    rows_in = [sum(1 for s in starts if p.lo <= s and (p.hi is None or s < p.hi)) for p in pieces]
+    always_live = sum(rows for p, rows in zip(pieces, rows_in, strict=True) if not p.units)
+    head = service.utilization_head(window, group, bucket)
+    columns = service.KEY_FIELDS[group] + service.UTILIZATION_FIGURES
+    if fmt == "json":
+        first = orjson.dumps(head.model_dump())[:-1] + b',"rows":['
+    else:
+        # Every row starts with its line end; the body ends with one.
+        first = csv_cells(columns).encode()
+    statement = _live_sql(group, bucket, fmt)
+    values = {
+        **scope.params(),
+        "starts": starts,
+        "labels": [labels[s] for s in starts],
+        "piece_nos": list(range(len(pieces))),
+        "piece_los": [p.lo for p in pieces],
+        "piece_his": [p.hi for p in pieces],
+    }
+
+    async def parts() -> Parts:
+        yield first
+        keeper = bodies.Keeper(connect, workspace_id, report) if connect else None
+        reader = bodies.KeptReader(conn, bucket)
+        stripped = fmt != "json"
+        # The coverage total: every row's covered time, kept or live (no second read).
+        covered = 0
+        try:
+            await reader.open(workspace_id, report, prefixes, [k for k, _ in keyed], blocks)
+            # Keys are taken in order with their kept segments until their live rows or
+            # kept bytes fill a batch; then one query renders the batch's live pieces.
+            batch: list[tuple[int, dict[int, Deflated]]] = []
+            live_rows = kept_bytes = 0
+            for i in range(len(keyed)):
+                found = await reader.take(i)
+                batch.append((i, found))
+                kept_bytes += sum(len(d.data) for d in found.values())
+                live_rows += (
+                    always_live
+                    if len(found) == len(blocks)
+                    else sum(
+                        rows
+                        for piece, rows in zip(pieces, rows_in, strict=True)
+                        if not (piece.units and piece.units[0] in found)
+                    )
+                )
+                if i + 1 < len(keyed) and live_rows < BATCH_ROWS and kept_bytes < KEPT_BYTES:
+                    continue
+                needs = [
+                    (keyed[k][0], j)
+                    for k, segments in batch
+                    for j, p in enumerate(pieces)
+                    if not (p.units and p.units[0] in segments)
+                ]
+                live = await _live(conn, statement, values, [k for k, _ in batch], keyed, needs)
+                run: list[Deflated] = []
+                for k, segments in batch:
+                    key_id, prefix = keyed[k]
+                    for j, piece in enumerate(pieces):
+                        kept = segments.get(piece.units[0]) if piece.units else None
+                        part: Part
+                        if kept is not None:
+                            part = kept
+                            covered += kept.covered
+                        else:
+                            assert live is not None
+                            part, part_covered = await live.take(k, j)
+                            covered += part_covered
+                            if keeper is not None and piece.units:
+                                # Kept, and sent as kept: compressed once, not twice.
+                                part = deflated.deflate(part, part_covered)
+                                await keeper.add(key_id, prefix, piece, part)
+                        if not (part.size if isinstance(part, Deflated) else part):
+                            continue
+                        if not stripped:
+                            # The body's first row: no comma before it.
+                            text = deflated.inflate(part) if isinstance(part, Deflated) else part
+                            part = text[1:]
+                            stripped = True
+                        if isinstance(part, Deflated):
+                            # Kept segments in a row go out as one (fewer, larger parts).
+                            run.append(part)
+                            continue
+                        if run:
+                            yield deflated.joined(run)
+                            run = []
+                        yield part
+                if run:
+                    yield deflated.joined(run)
+                    run = []
+                batch = []
+                live_rows = kept_bytes = 0
+            if keeper is not None:
+                await keeper.flush()
+        finally:
+            try:
+                await reader.close()
+            finally:
+                if keeper is not None:
+                    await keeper.close()
+        if fmt == "json":
+            coverage = await service.report_coverage(conn, scope, window, covered)
+            yield b'],"coverage":' + orjson.dumps(coverage.model_dump()) + b"}"
+        else:
+            yield LINE_END.encode()
+
+    return parts()
+
+
+async def _live(
+    conn: psycopg.AsyncConnection[Any],
+    statement: str,
+    values: dict[str, Any],
+    batch: Sequence[int],
+    keyed: Sequence[tuple[int, bytes]],
+    needs: Sequence[tuple[int, int]],
+) -> _LiveRows | None:
+    if not needs:
+        return None
+    wanted = sorted({key for key, _ in needs})
+    ordinal = {keyed[i][0]: i for i in batch}
+    values = {
+        **values,
+        "keys": wanted,
+        "ords": [ordinal[k] for k in wanted],
+        "prefixes": [keyed[ordinal[k]][1].decode() for k in wanted],
+        "need_keys": [k for k, _ in needs],
+        "need_pieces": [j for _, j in needs],
+    }
+    cur = conn.cursor(binary=True)
+    cur.adapters.register_loader("text", _Utf8Bytes)
+    await cur.execute(statement, values)
+    return _LiveRows(cur)

@@ -1,0 +1,147 @@
+"""Kept report bodies (board.reports.bodies): sent only while right. A late observation
+for a closed, kept day shows at once (its day is dirty: rendered live), and after the
+refresh too (a new version); a renamed host shows its new name; the gzip stream that
+stitches kept segments and live text is one valid member."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from board.reports import bodies, deflated, params, rendered
+from board.reports.streaming import Part, gzipped, plain
+from board.runtime import Runtime
+from tests.board.db import execute, scalar
+from tests.board.test_reports_builders import refresh_all_days
+from tests.board.test_reports_rendered import FIRST as FIRST_DAY
+from tests.board.test_reports_stream import _finance, _fixture, _get
+
+
+def test_python_crc32_combine_is_zlibs() -> None:
+    rng = random.Random(5)
+    for _ in range(50):
+        a = rng.randbytes(rng.randrange(0, 300))
+        b = rng.randbytes(rng.randrange(0, 3000))
+        expected = zlib.crc32(a + b)
+        assert deflated._crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == expected
+        assert deflated.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == expected
+
+
+async def _parts(items: list[Part]) -> AsyncIterator[Part]:
+    for item in items:
+        yield item
+
+
+async def test_gzip_of_text_and_segments_is_one_member() -> None:
+    rng = random.Random(7)
+    items: list[Part] = []
+    text = b""
+    for i in range(200):
+        piece = b"".join(b'{"n":%d,"x":%d},' % (i, rng.randrange(99)) for _ in range(30))
+        text += piece
+        items.append(deflated.deflate(piece) if i % 3 else piece)
+    items.append(deflated.deflate(b""))
+    raw = b"".join([c async for c in gzipped(_parts(items))])
+    unpacked = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    assert unpacked.decompress(raw) == text
+    assert unpacked.eof
+    assert not unpacked.unused_data
+    assert b"".join([c async for c in plain(_parts(items))]) == text
+
+
+@pytest.mark.parametrize(
+    ("group", "bucket", "tz"),
+    [("host", "hour", "UTC"), ("gpu", "day", "UTC"), ("gpu", "day", "America/New_York")],
+)
+async def test_kept_bodies_follow_late_data_refreshes_and_renames(
+    app: Any, client: Any, monkeypatch: pytest.MonkeyPatch, group: str, bucket: str, tz: str
+) -> None:
+    slug, ws, _ = await _fixture(app)
+    auth = await _finance(app, slug)
+    runtime: Runtime = app.state.runtime
+    start, end = "2026-03-03", "2026-03-12"
+    window = params.parse_window(start, end, tz)
+    url = (
+        f"/api/v1/workspaces/{slug}/reports/utilization?from={start}&to={end}&tz={tz}"
+        f"&groupBy={group}&bucket={bucket}"
+    )
+    sent_kept: list[int] = []
+    take = bodies.KeptReader.take
+
+    async def counting(self: bodies.KeptReader, ordinal: int) -> dict[int, deflated.Deflated]:
+        found = await take(self, ordinal)
+        sent_kept.append(len(found))
+        return found
+
+    monkeypatch.setattr(bodies.KeptReader, "take", counting)
+
+    async def expected() -> bytes:
+        async with runtime.pool.connection() as conn:
+            return (await rendered.utilization(conn, ws, window, group, bucket, "json")).body()
+
+    async def check(what: str, kept_blocks: bool) -> None:
+        sent_kept.clear()
+        assert await _get(client, auth, url) == await expected(), what
+        assert (sum(sent_kept) > 0) == kept_blocks, (what, sent_kept)
+
+    await check("first: rendered live", kept_blocks=False)
+    await check("then: kept", kept_blocks=True)
+
+    # A late observation for a closed day whose blocks are kept: the day is dirty now.
+    before = await expected()
+    await execute(
+        app,
+        "UPDATE gpu_hour_rollups SET active_us = active_us / 2, util_pct_us = 0 "
+        "WHERE workspace_id = %s AND hour_start = '2026-03-07T10:00:00Z'",
+        ws,
+    )
+    assert await expected() != before
+    await check("late data, its day dirty", kept_blocks=True)
+    # The refresh clears the mark and bumps the day's version: its blocks are rendered
+    # again (the others still kept), then kept at the new version.
+    assert await refresh_all_days(app)
+    await check("after the refresh", kept_blocks=True)
+    await check("after the refresh, kept again", kept_blocks=True)
+    assert await scalar(
+        app,
+        "SELECT count(*) FROM rollup_day_versions WHERE workspace_id = %s "
+        "AND day_start = '2026-03-07'",
+        ws,
+    )
+
+    # A host renamed: its rows carry the new name.
+    await execute(
+        app,
+        "UPDATE hosts SET display_name = 'renamed' WHERE workspace_id = %s "
+        "AND id = (SELECT min(id) FROM hosts WHERE workspace_id = %s)",
+        ws,
+        ws,
+    )
+    assert b'"renamed"' in await expected()
+    await check("renamed", kept_blocks=True)
+
+
+async def test_keeping_that_fails_leaves_the_report_alone() -> None:
+    """A kept body that cannot be written (database gone, a lock held too long) is
+    logged and keeping stops; nothing is raised into the body."""
+    import psycopg
+
+    calls = 0
+
+    async def connect() -> Any:
+        nonlocal calls
+        calls += 1
+        raise psycopg.OperationalError("the database is away")
+
+    keeper = bodies.Keeper(connect, 1, "utilization:gpu:day:json:UTC", flush_bytes=1)
+    block = bodies.Piece(FIRST_DAY, None, (1, 2), (FIRST_DAY, FIRST_DAY), 1)
+    await keeper.add(1, b"p", block, deflated.deflate(b",{}"))
+    await keeper.add(2, b"p", block, deflated.deflate(b",{}"))
+    await keeper.flush()
+    await keeper.close()
+    assert keeper.failed
+    assert calls == 1
