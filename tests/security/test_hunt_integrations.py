@@ -737,6 +737,9 @@ async def test_a_slack_urls_path_and_a_webhooks_query_are_in_no_log_line(
     """A Slack incoming-webhook URL is its own credential (the board shows only its
     host), yet httpx logged every delivery's URL at INFO, path and query included."""
     caplog.set_level(logging.INFO)
+    # The agent's logging setup (run in-process by the agent's tests, maybe earlier in
+    # this worker) quiets httpx to WARNING; this test needs to see what httpx would log.
+    caplog.set_level(logging.INFO, logger="httpx")
     acme = await make_tenant(app, "acme")
     receiver = HttpReceiver().start()
     slack_secret = "services/T0000/B0000/SLACKSECRETabcdef123456"

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,32 +60,48 @@ class Listener:
     def start(self) -> Listener:
         threading.Thread(target=self._read, daemon=True).start()
         assert self.opened.wait(OPEN_S), f"the stream did not open: {self.status} {self.error}"
-        assert self.status == 200, (self.status, self.chunks)
+        assert self.status == 200, (self.status, self.error, self.board.log_text()[-3000:])
         assert self.chunks[0].startswith(b"event: hello"), self.chunks[0][:200]
         return self
 
     def _read(self) -> None:
-        headers = {"Cookie": f"gua_session={self.cookie}", "Accept": "text/event-stream"}
+        """As an EventSource does, a connection that fails before any answer is opened
+        again (a loaded machine can stall past the board's header deadline); once the
+        stream has answered, its end is final."""
+        deadline = time.monotonic() + OPEN_S
+        errors: list[str] = []
         try:
-            with (
-                httpx.Client(
-                    base_url=self.board.url, headers=headers, timeout=TIMEOUT, trust_env=False
-                ) as c,
-                c.stream("GET", self.path) as r,
-            ):
-                self.status = r.status_code
-                for chunk in r.iter_bytes():
-                    with self.grew:
-                        self.chunks.append(chunk)
-                        self.grew.notify_all()
-                    self.opened.set()
-                    if self.stopping.is_set():
-                        break
+            while True:
+                try:
+                    self._read_once()
+                    return
+                except httpx.TransportError as exc:
+                    errors.append(repr(exc))
+                    if self.status is not None or time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
         except httpx.HTTPError as exc:
-            self.error = repr(exc)
+            self.error = "; ".join(errors) or repr(exc)
         finally:
             self.opened.set()
             self.ended.set()
+
+    def _read_once(self) -> None:
+        headers = {"Cookie": f"gua_session={self.cookie}", "Accept": "text/event-stream"}
+        with (
+            httpx.Client(
+                base_url=self.board.url, headers=headers, timeout=TIMEOUT, trust_env=False
+            ) as c,
+            c.stream("GET", self.path) as r,
+        ):
+            self.status = r.status_code
+            for chunk in r.iter_bytes():
+                with self.grew:
+                    self.chunks.append(chunk)
+                    self.grew.notify_all()
+                self.opened.set()
+                if self.stopping.is_set():
+                    break
 
     def stop(self) -> None:
         """Hang up at the next event (the thread is a daemon either way)."""
