@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Literal
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from pydantic import BaseModel
 
 from board.archives.routes import agent_router as archives_agent_router
@@ -28,6 +28,7 @@ from board.httpserver import (
     RequestGuardMiddleware,
 )
 from board.ingest.routes import router as ingest_router
+from board.jsonbodies import refuse_wide_json_bodies
 from board.logs import RequestContextMiddleware, install_redaction
 from board.maintenance import maintenance_loop
 from board.metrics.exposition import mark_process_dead
@@ -113,7 +114,14 @@ def create_app(
 
     # redirect_slashes off: Starlette's slash redirect names the request's Host header in
     # its Location (an open redirect behind a shared cache); /w/{slug} redirects itself.
-    app = FastAPI(title="GUA Board", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
+    app = FastAPI(
+        title="GUA Board",
+        version="0.1.0",
+        lifespan=lifespan,
+        redirect_slashes=False,
+        # Before any body is validated: no object wider than the board ever reads.
+        dependencies=[Depends(refuse_wide_json_bodies)],
+    )
     install_error_handlers(app)
     # Pages, their JSON and reports compressed for browsers that ask (a 2,400-GPU fleet
     # page is ~10x smaller); Server-Sent Events are never buffered (excluded by type).

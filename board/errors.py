@@ -9,6 +9,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+# A 422 lists at most this many problems: a hostile body can hold thousands.
+MAX_LISTED_ERRORS = 20
+
 
 class DomainError(Exception):
     status_code = 400
@@ -78,13 +81,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        every = list(exc.errors())
+        # The detail counts them all; the list stops at a few (each quotes what was sent).
         errors = [
             {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-            for e in exc.errors()
+            for e in every[:MAX_LISTED_ERRORS]
         ]
         return JSONResponse(
-            {"detail": describe_validation_errors(list(exc.errors())), "errors": errors},
-            status_code=422,
+            {"detail": describe_validation_errors(every), "errors": errors}, status_code=422
         )
 
     async def http(_: Request, exc: Exception) -> JSONResponse:

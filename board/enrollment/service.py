@@ -22,6 +22,7 @@ from board.enrollment.schemas import (
 from board.errors import NotFound, Unauthorized, Unprocessable
 from board.hosts.models import Host
 from board.ingest.service import invalid
+from board.jsonbodies import TOO_WIDE_DETAIL, has_too_wide_object
 
 _REFUSED = "This enrollment token is not valid: it is unknown, expired, revoked or already used."
 
@@ -114,6 +115,8 @@ def _display_name(preset: str | None, hostname: str | None, prefix: str) -> str:
 
 
 async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
+    if has_too_wide_object(body):
+        raise Unprocessable(TOO_WIDE_DETAIL)
     try:
         request = ClaimRequest.model_validate_json(body)
     except ValidationError as exc:

@@ -10,6 +10,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
 from board.errors import (
+    MAX_LISTED_ERRORS,
     BadRequest,
     DomainError,
     PayloadTooLarge,
@@ -24,6 +25,7 @@ from board.ingest.normalize import Observation
 from board.ingest.schemas import SnapshotIn
 from board.ingest.store import Outcome, TooManyGpus
 from board.ingest.writer import IngestWriter
+from board.jsonbodies import TOO_WIDE_DETAIL, has_too_wide_object
 from board.settings import Settings
 
 
@@ -37,10 +39,6 @@ class IngestParts(Protocol):
 
 
 log = logging.getLogger(__name__)
-
-# A validation failure lists at most this many problems (the detail counts them all):
-# a hostile body can hold thousands, each quoting an unknown key.
-MAX_LISTED_ERRORS = 20
 
 
 class UnsupportedMediaType(DomainError):
@@ -81,6 +79,8 @@ async def authenticate_agent(runtime: IngestParts, authorization: str | None) ->
 
 
 def parse_snapshot(body: bytes) -> SnapshotIn:
+    if has_too_wide_object(body):
+        raise Unprocessable(TOO_WIDE_DETAIL)
     try:
         return SnapshotIn.model_validate_json(body)
     except ValidationError as exc:

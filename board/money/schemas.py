@@ -48,7 +48,8 @@ class PriceIn(_In):
 
 class PricesIn(_In):
     currency: Annotated[str, StringConstraints(min_length=1, max_length=12)]
-    prices: Annotated[list[PriceIn], Field(max_length=MAX_PRICES)]
+    # fail_fast: the first bad price is the answer, not one error per key of 500 of them.
+    prices: Annotated[list[PriceIn], Field(max_length=MAX_PRICES, fail_fast=True)]
 
 
 class PriceOut(ReadModel):

@@ -30,6 +30,12 @@ _DELETE = object()
 NOW = datetime.now(UTC)
 
 
+def _wide_gpu(keys: int) -> dict[str, Any]:
+    body = _body()
+    body["gpus"][0].update({f"k{i}": 0 for i in range(keys)})
+    return body
+
+
 def _json_headers(host: dict[str, Any]) -> dict[str, str]:
     """What every released agent sends with a push."""
     return {"Authorization": f"Bearer {host['agentToken']}", "Content-Type": "application/json"}
@@ -75,6 +81,9 @@ BAD_BODIES = {
         "gpus",
     ),
     "gpus not a list": (_body(gpus={}), 422, "gpus"),
+    # One error per unknown key used to cost ~1 KB of a worker each (60,000: ~70 MiB).
+    "an object of 60,000 keys": (_body(**{f"k{i}": 0 for i in range(60_000)}), 422, "64 keys"),
+    "a GPU of 6,000 keys": (_wide_gpu(6_000), 422, "64 keys"),
     # PostgreSQL text cannot hold NUL: refused up front, not a failed write.
     "NUL in a process name": (_body(gpus__0__processes__0__name="py\u0000thon"), 422, "NUL"),
     "NUL in the hostname": (_body(host__hostname="vm\u0000"), 422, "hostname"),
@@ -409,6 +418,10 @@ CLAIMS = {
     "10,000-character unknown key": ({"enrollmentToken": "gua_enroll_x", "k" * 10_000: 1}, 422),
     "token not a string": ({"enrollmentToken": 12345}, 422),
     "an array": ([{"enrollmentToken": "gua_enroll_x"}], 422),
+    "6,000 unknown keys": (
+        {"enrollmentToken": "gua_enroll_x"} | {f"{i}": 0 for i in range(6_000)},
+        422,
+    ),
 }
 
 
@@ -430,3 +443,15 @@ async def test_claim_with_invalid_utf8_is_400(app, client) -> None:
     )
     assert r.status_code in (400, 422)
     assert isinstance(r.json()["detail"], str)
+
+
+async def test_a_422_lists_a_few_of_many_problems(app, client) -> None:
+    """100 unknown keys (too few to be refused unparsed): all counted, 20 listed."""
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant)
+    r = await client.post(
+        "/agent/v1/observations", content=json.dumps(_wide_gpu(100)), headers=_json_headers(host)
+    )
+    assert r.status_code == 422, r.text
+    assert "(and 99 more problem(s))" in r.json()["detail"]
+    assert len(r.json()["errors"]) == 20

@@ -3,13 +3,16 @@ secrets in log lines."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import pytest
 
+from board.jsonbodies import TOO_WIDE_DETAIL, has_too_wide_object
 from board.logs import RedactSecrets, redact
 from tests.board.builders import make_tenant
+from tests.board.db import scalar
 from tests.web.helpers import sign_in
 
 
@@ -78,3 +81,48 @@ def test_log_lines_never_carry_a_secret(caplog: pytest.LogCaptureFixture) -> Non
     record = logging.LogRecord("websockets.server", logging.DEBUG, "", 0, "< %s", (secret,), None)
     RedactSecrets().filter(record)
     assert secret not in record.getMessage()
+
+
+def _booking(unknown_keys: int) -> dict[str, Any]:
+    return {
+        "hostId": "no-such-host",
+        "start": "2030-01-01T10:00:00Z",
+        "end": "2030-01-01T11:00:00Z",
+        **{f"k{i}": 0 for i in range(unknown_keys)},
+    }
+
+
+@pytest.mark.parametrize("content_type", ["application/json", None])
+async def test_a_json_object_of_thousands_of_keys_is_refused_unvalidated(
+    app: Any, client: Any, content_type: str | None
+) -> None:
+    """Was: one validation error per unknown key (~1 KB of the worker each), and a 422 that
+    listed all of them: 60,000 keys made a 4 MB answer after a second of CPU."""
+    acme = await make_tenant(app, "acme")
+    body = json.dumps(_booking(60_000)).encode()
+    headers = acme.auth() | ({"Content-Type": content_type} if content_type else {})
+    r = await client.post("/api/v1/workspaces/acme/reservations", content=body, headers=headers)
+    assert r.status_code == 422, r.text[:300]
+    assert r.json()["detail"] == TOO_WIDE_DETAIL
+    assert len(r.content) < 1000
+    assert await scalar(app, "SELECT count(*) FROM reservations") == 0
+
+
+async def test_an_api_422_lists_a_few_of_many_problems(app: Any, client: Any) -> None:
+    acme = await make_tenant(app, "acme")
+    r = await client.post(
+        "/api/v1/workspaces/acme/reservations", json=_booking(100), headers=acme.auth()
+    )
+    assert r.status_code == 422, r.text[:300]
+    assert "(and 99 more problem(s))" in r.json()["detail"]
+    assert len(r.json()["errors"]) == 20
+
+
+def test_the_width_check_reads_only_what_it_must() -> None:
+    few = json.dumps({f"k{i}": 0 for i in range(4_000)}).encode()  # under the colon gate
+    assert not has_too_wide_object(few)
+    assert has_too_wide_object(json.dumps({f"k{i}": 0 for i in range(6_000)}).encode())
+    wide_but_nested_small = json.dumps([{f"k{i}": 0 for i in range(60)}] * 200).encode()
+    assert not has_too_wide_object(wide_but_nested_small)
+    assert not has_too_wide_object(b"[" * 100_000 + b'{"a":1}' * 6_000)  # not JSON
+    assert not has_too_wide_object(b'{"a":' * 6_000 + b"1" + b"}" * 6_000)  # too deep
