@@ -17,7 +17,6 @@ subprocess against the test's own database.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from contextlib import aclosing
@@ -28,31 +27,10 @@ import httpx
 
 from tests.board.builders import Tenant, enroll, make_tenant
 from tests.board.db import scalar
+from tests.security.inprocess import TOKEN, audit_rows, refused
 from tests.web.helpers import PASSWORD, csrf_of, sign_in
 
-TOKEN = re.compile(r"gua_(?:agent|pat|enroll|cal)_[0-9a-f]{8}_[A-Za-z0-9_-]{20,}")
 GUA_BOARD = str(Path(sys.executable).parent / "gua-board")
-
-
-def refused(r: httpx.Response, *codes: int) -> str:
-    assert 400 <= r.status_code < 500, (r.status_code, r.request.url, r.text[:300])
-    if codes:
-        assert r.status_code in codes, (r.status_code, r.request.url, r.text[:300])
-    detail = r.json()["detail"]
-    assert isinstance(detail, str), r.text[:300]
-    assert detail, r.text[:300]
-    assert not TOKEN.search(r.text), r.text[:300]
-    return detail
-
-
-async def audit_rows(app: Any, slug: str) -> int:
-    found = await scalar(
-        app,
-        "SELECT count(*) FROM audit_events e JOIN workspaces w ON w.id = e.workspace_id "
-        "WHERE w.slug = %s",
-        slug,
-    )
-    return int(found)
 
 
 async def token_rows(app: Any, slug: str) -> int:

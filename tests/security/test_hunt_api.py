@@ -28,33 +28,11 @@ import pytest
 from tests.board.builders import Tenant, enroll, push
 from tests.board.db import scalar
 from tests.board.test_reports_builders import gpu, observation, proc, quick_tenant
+from tests.security.inprocess import audit_rows, refused
 
-TOKEN = re.compile(r"gua_(?:agent|pat|enroll|cal)_[0-9a-f]{8}_[A-Za-z0-9_-]{20,}")
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 REPORTS = ("reports/usage", "reports/utilization", "reports/focus", "reports/reservations")
 JSON = {"Content-Type": "application/json"}
-
-
-def refused(r: httpx.Response, *codes: int) -> str:
-    """A 4xx (one of codes if given) with a JSON string detail and no token secret."""
-    assert 400 <= r.status_code < 500, (r.status_code, r.request.url, r.text[:300])
-    if codes:
-        assert r.status_code in codes, (r.status_code, r.request.url, r.text[:300])
-    detail = r.json()["detail"]
-    assert isinstance(detail, str), r.text[:300]
-    assert detail, r.text[:300]
-    assert not TOKEN.search(r.text), r.text[:300]
-    return detail
-
-
-async def audit_count(app: Any, slug: str) -> int:
-    found = await scalar(
-        app,
-        "SELECT count(*) FROM audit_events e JOIN workspaces w ON w.id = e.workspace_id "
-        "WHERE w.slug = %s",
-        slug,
-    )
-    return int(found)
 
 
 async def busy_host(app: Any, client: httpx.AsyncClient, tenant: Tenant, name: str) -> str:
@@ -269,7 +247,7 @@ async def test_hostile_json_bodies_change_nothing(app: Any, client: httpx.AsyncC
         ("POST", f"{base}/enrollment-tokens"),
         ("POST", "/api/v1/me/api-tokens"),
     ]
-    before = await audit_count(app, tenant.slug)
+    before = await audit_rows(app, tenant.slug)
     settings = (await client.get(f"{base}/settings", headers=tenant.auth())).json()
     for method, url in routes:
         for body in HOSTILE_BODIES:
@@ -280,7 +258,7 @@ async def test_hostile_json_bodies_change_nothing(app: Any, client: httpx.AsyncC
             method, url, content=b"{}", headers={**tenant.auth(), "Content-Type": "text/plain"}
         )
         assert r.status_code != 500, r.text
-    assert await audit_count(app, tenant.slug) == before
+    assert await audit_rows(app, tenant.slug) == before
     assert (await client.get(f"{base}/settings", headers=tenant.auth())).json() == settings
 
 
@@ -461,7 +439,7 @@ async def test_other_workspaces_ids_in_every_spelling_are_404(
     b_host = await busy_host(app, client, b, "b-secret-node")
     b_booking = await book(client, b, b_host, note="b-secret-note")
     base = f"/api/v1/workspaces/{a.slug}"
-    before = await audit_count(app, b.slug)
+    before = await audit_rows(app, b.slug)
     for spelled in [b_host, *spellings(b_host)]:
         for method, url in (
             ("GET", f"{base}/hosts/{spelled}"),
@@ -512,7 +490,7 @@ async def test_other_workspaces_ids_in_every_spelling_are_404(
         "memberEmail": b_admin,
     }
     refused(await client.post(f"{base}/reservations", json=body, headers=a.auth()), 422)
-    assert await audit_count(app, b.slug) == before
+    assert await audit_rows(app, b.slug) == before
     r = await client.get(f"/api/v1/workspaces/{b.slug}/reservations", headers=b.auth())
     assert [x["note"] for x in r.json()["reservations"]] == ["b-secret-note"]
 
@@ -536,12 +514,12 @@ async def test_odd_ids_in_paths_are_refused(app: Any, client: httpx.AsyncClient)
         ("DELETE", "/api/v1/me/api-tokens/{}"),
         ("GET", "/api/v1/workspaces/{}/hosts"),
     ]
-    before = await audit_count(app, tenant.slug)
+    before = await audit_rows(app, tenant.slug)
     for method, template in templates:
         for value in odd:
             r = await client.request(method, template.format(value), headers=tenant.auth())
             refused(r, 404, 405, 422)
-    assert await audit_count(app, tenant.slug) == before
+    assert await audit_rows(app, tenant.slug) == before
 
 
 # ---- roles ----------------------------------------------------------------------------
@@ -588,14 +566,14 @@ async def test_members_and_finance_cannot_call_admin_routes(
         ("DELETE", f"{base}/reservations/{booked}", None),
         ("GET", f"{base}/stream/latest", None),
     ]
-    before = await audit_count(app, tenant.slug)
+    before = await audit_rows(app, tenant.slug)
     settings = (await client.get(f"{base}/settings", headers=tenant.auth())).json()
     for role, routes in (("member", admin_only), ("finance", finance_refused)):
         for method, url, body in routes:
             kw: dict[str, Any] = {} if body is None else {"json": body}
             r = await client.request(method, url, headers=tenant.auth(role), **kw)
             refused(r, 403)
-    assert await audit_count(app, tenant.slug) == before
+    assert await audit_rows(app, tenant.slug) == before
     assert (await client.get(f"{base}/settings", headers=tenant.auth())).json() == settings
     r = await client.get(f"{base}/reservations/{booked}", headers=tenant.auth("finance"))
     assert r.status_code == 200, r.text

@@ -250,8 +250,9 @@ def signing_provider() -> Iterator[SigningProvider]:
     provider.close()
 
 
-@pytest.fixture
-async def sso_app(settings: Settings, signing_provider: SigningProvider) -> AsyncIterator[Any]:
+@contextlib.asynccontextmanager
+async def app_signing_in_with(settings: Settings, issuer: str) -> AsyncIterator[Any]:
+    """The app, started, with one provider "stub" at `issuer`."""
     from board.app import create_app
 
     configured = Settings(
@@ -261,7 +262,7 @@ async def sso_app(settings: Settings, signing_provider: SigningProvider) -> Asyn
             {
                 "name": "stub",
                 "display_name": "Stub",
-                "issuer": signing_provider.issuer,
+                "issuer": issuer,
                 "client_id": "gua-board",
                 "client_secret": "stub-client-secret-0123456789",
             }
@@ -269,6 +270,17 @@ async def sso_app(settings: Settings, signing_provider: SigningProvider) -> Asyn
     )
     application = create_app(configured, run_maintenance=False)
     async with application.router.lifespan_context(application):
+        yield application
+
+
+def browser_of(application: Any) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=application)
+    return httpx.AsyncClient(transport=transport, base_url="http://board.test")
+
+
+@pytest.fixture
+async def sso_app(settings: Settings, signing_provider: SigningProvider) -> AsyncIterator[Any]:
+    async with app_signing_in_with(settings, signing_provider.issuer) as application:
         yield application
 
 
@@ -419,28 +431,11 @@ async def test_a_providers_oversized_discovery_document_is_never_held_whole(
     """The discovery document (and key set) were read whole, decoded as the provider
     asked, and only then measured against their 256 KiB bound: a few hundred bytes
     held 64 MiB. Now the read stops at the bound."""
-    from board.app import create_app
-
     provider = BombingProvider(encoding, body)
     provider.server.stub = provider  # type: ignore[attr-defined]
-    configured = Settings(
-        database_url=settings.database_url,
-        data_dir=settings.data_dir,
-        sso_providers=[
-            {
-                "name": "stub",
-                "display_name": "Stub",
-                "issuer": provider.issuer,
-                "client_id": "gua-board",
-                "client_secret": "stub-client-secret-0123456789",
-            }
-        ],
-    )
-    application = create_app(configured, run_maintenance=False)
     try:
-        async with application.router.lifespan_context(application):
-            transport = httpx.ASGITransport(app=application)
-            async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
+        async with app_signing_in_with(settings, provider.issuer) as application:
+            async with browser_of(application) as c:
                 tracemalloc.start()
                 try:
                     started = await c.get("/signin/sso/stub")
@@ -692,28 +687,11 @@ async def test_a_token_endpoints_oversized_answer_is_never_held_whole(
     """authlib read the token endpoint's answer whole, decoded as the provider asked: a
     few hundred bytes held 64 MiB. Now the read stops at the bound, and the sign-in is
     refused with a sentence."""
-    from board.app import create_app
-
     provider = BombingTokenEndpoint()
     provider.encoding, provider.body = encoding, body
-    configured = Settings(
-        database_url=settings.database_url,
-        data_dir=settings.data_dir,
-        sso_providers=[
-            {
-                "name": "stub",
-                "display_name": "Stub",
-                "issuer": provider.issuer,
-                "client_id": "gua-board",
-                "client_secret": "stub-client-secret-0123456789",
-            }
-        ],
-    )
-    application = create_app(configured, run_maintenance=False)
     try:
-        async with application.router.lifespan_context(application):
-            transport = httpx.ASGITransport(app=application)
-            async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
+        async with app_signing_in_with(settings, provider.issuer) as application:
+            async with browser_of(application) as c:
                 started = await c.get("/signin/sso/stub")
                 assert started.status_code == 303, started.text[:300]
                 state = parse_qs(urlsplit(started.headers["location"]).query)["state"][0]

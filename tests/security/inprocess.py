@@ -1,0 +1,36 @@
+"""What the in-process hunt files (the app and a real PostgreSQL, no served board) share:
+how a refusal must look, and the audit rows of a workspace."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+
+from tests.board.db import scalar
+
+TOKEN = re.compile(r"gua_(?:agent|pat|enroll|cal)_[0-9a-f]{8}_[A-Za-z0-9_-]{20,}")
+
+
+def refused(r: httpx.Response, *codes: int) -> str:
+    """A 4xx (one of codes if given) with a JSON string detail and no token secret."""
+    assert 400 <= r.status_code < 500, (r.status_code, r.request.url, r.text[:300])
+    if codes:
+        assert r.status_code in codes, (r.status_code, r.request.url, r.text[:300])
+    detail = r.json()["detail"]
+    assert isinstance(detail, str), r.text[:300]
+    assert detail, r.text[:300]
+    assert not TOKEN.search(r.text), r.text[:300]
+    return detail
+
+
+async def audit_rows(app: Any, slug: str) -> int:
+    """How many audit entries the workspace has."""
+    found = await scalar(
+        app,
+        "SELECT count(*) FROM audit_events e JOIN workspaces w ON w.id = e.workspace_id "
+        "WHERE w.slug = %s",
+        slug,
+    )
+    return int(found)
