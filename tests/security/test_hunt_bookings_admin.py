@@ -25,15 +25,34 @@ from typing import Any
 import httpx
 
 from board.runtime import Runtime
+from tests.board.builders import Tenant
 from tests.board.db import execute, scalar
 from tests.board.test_reports_builders import quick_tenant
-from tests.security.test_hunt_api import book, busy_host, refused, soon
+from tests.security.inprocess import refused
+from tests.security.test_hunt_api import book, busy_host, soon
 
 DEADLINE = 60.0
 
 
 def reservations(slug: str, rest: str = "") -> str:
     return f"/api/v1/workspaces/{slug}/reservations{rest}"
+
+
+async def members_booking(
+    client: httpx.AsyncClient, tenant: Tenant, host_id: str, start: datetime, length: timedelta
+) -> str:
+    """A member books the host from `start` for `length`; the booking's URL."""
+    r = await client.post(
+        reservations(tenant.slug),
+        json={
+            "hostId": host_id,
+            "start": start.isoformat(),
+            "end": (start + length).isoformat(),
+        },
+        headers=tenant.auth("member"),
+    )
+    assert r.status_code == 201, r.text
+    return reservations(tenant.slug, f"/{r.json()['reservationId']}")
 
 
 async def lock_waiters(app: Any) -> int:
@@ -110,17 +129,7 @@ async def test_an_extension_queued_behind_a_cancel_does_not_revive_it(
     tenant = await quick_tenant(app, "race-end")
     host_id = await busy_host(app, client, tenant, "race-node")
     start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
-    r = await client.post(
-        reservations(tenant.slug),
-        json={
-            "hostId": host_id,
-            "start": start.isoformat(),
-            "end": (start + timedelta(hours=1)).isoformat(),
-        },
-        headers=tenant.auth("member"),
-    )
-    assert r.status_code == 201, r.text
-    url = reservations(tenant.slug, f"/{r.json()['reservationId']}")
+    url = await members_booking(client, tenant, host_id, start, timedelta(hours=1))
     longer = (start + timedelta(hours=3)).isoformat()
     cancelled, extended = await queued(
         app,
@@ -207,17 +216,7 @@ async def test_a_booking_longer_than_a_lowered_limit_may_still_shrink(
     tenant = await quick_tenant(app, "limit")
     host_id = await busy_host(app, client, tenant, "limit-node")
     start = soon(3)
-    r = await client.post(
-        reservations(tenant.slug),
-        json={
-            "hostId": host_id,
-            "start": start.isoformat(),
-            "end": (start + timedelta(days=10)).isoformat(),
-        },
-        headers=tenant.auth("member"),
-    )
-    assert r.status_code == 201, r.text
-    url = reservations(tenant.slug, f"/{r.json()['reservationId']}")
+    url = await members_booking(client, tenant, host_id, start, timedelta(days=10))
     r = await client.patch(
         f"/api/v1/workspaces/{tenant.slug}/settings",
         json={"maxReservationDays": 2},

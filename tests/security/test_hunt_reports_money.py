@@ -33,13 +33,13 @@ from board.reports.slots import REPORT_SLOTS, SLOT_LOCK_BASE
 from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import gpu, observation, proc, quick_tenant
 from tests.security.conftest import db
+from tests.security.inprocess import refused
 from tests.security.live import Board
 from tests.security.seed import Tenant as SeedTenant
 from tests.security.seed import enroll as seed_enroll
 from tests.security.seed import make_tenant
 from tests.security.seed import observation as seed_observation
 from tests.security.seed import push as seed_push
-from tests.security.test_hunt_api import refused
 
 JSON = {"Content-Type": "application/json"}
 REPORTS = ("reports/usage", "reports/utilization", "reports/focus")
