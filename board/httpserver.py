@@ -280,6 +280,13 @@ class UvicornOptions(TypedDict, total=False):
     http: type[asyncio.Protocol]
     timeout_keep_alive: int
     timeout_worker_healthcheck: int
+    ws_max_size: int
+    ws_per_message_deflate: bool
+
+
+# WebSocket messages (the agents' live stream) are at most 64 KiB of text to be shown;
+# past twice that the socket closes (1009) instead of uvicorn's 16 MiB being read.
+WS_MAX_MESSAGE_BYTES = 128 * 1024
 
 
 # A spawned worker imports the whole board before it answers the supervisor's health
@@ -307,6 +314,12 @@ def uvicorn_options(settings: Settings) -> UvicornOptions:
         # uvicorn calls it with the protocol's keyword arguments; it is not a class.
         "http": cast("type[asyncio.Protocol]", protocol),
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+        "ws_max_size": WS_MAX_MESSAGE_BYTES,
+        # No permessage-deflate: every frame of one read was inflated (up to the size
+        # bound each) before the first was handed on, even before the token was checked;
+        # 245 KB of deflated frames grew a worker by 224 MiB. The stream's messages are a
+        # few hundred bytes a second: compression saves nothing worth that.
+        "ws_per_message_deflate": False,
     }
     if _HAS_WORKER_HEALTHCHECK:
         options["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_SECONDS

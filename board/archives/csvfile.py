@@ -28,6 +28,8 @@ from typing import BinaryIO
 from board.settings import Settings
 
 GZIP_MAGIC = b"\x1f\x8b"
+DIGEST_BLOCK_BYTES = 1024 * 1024
+NOT_GZIP = "The archive body is not gzip data (Content-Type: application/gzip)."
 # Below this, the expansion limit does not apply: a small real object may compress well.
 EXPANSION_FLOOR = 4 * 1024 * 1024
 # A workspace can allow at most this many GPUs per host (workspaces.max_gpus_per_host).
@@ -163,7 +165,7 @@ class ArchiveReader:
         self._stop = stop
         size = size_of(source)
         if source.read(2) != GZIP_MAGIC:
-            raise BadArchive("The archive body is not gzip data (Content-Type: application/gzip).")
+            raise BadArchive(NOT_GZIP)
         source.seek(0)
         limit, why = limits.uncompressed_for(size)
         raw = gzip.GzipFile(fileobj=source, mode="rb")
@@ -294,14 +296,24 @@ class Checked:
 def validate(
     table: str,
     day: date | None,
-    data: bytes,
+    data: bytes | BinaryIO,
     limits: Limits,
     stop: threading.Event | None = None,
 ) -> Checked:
-    """Check a whole upload: its rows and digest, or BadArchive saying what is wrong."""
+    """Check a whole upload (its bytes, or a seekable file of them): its rows and digest,
+    or BadArchive saying what is wrong."""
     spec = TABLES[table]
-    digest = hashlib.sha256(data)  # here, in the caller's thread, not on the event loop
-    reader = ArchiveReader(io.BytesIO(data), limits, stop)
+    # The digest here, in the caller's thread, not on the event loop; a file in blocks.
+    source: BinaryIO
+    if isinstance(data, bytes):
+        digest, source = hashlib.sha256(data), io.BytesIO(data)
+    else:
+        digest, source = hashlib.sha256(), data
+        source.seek(0)
+        while block := source.read(DIGEST_BLOCK_BYTES):
+            digest.update(block)
+        source.seek(0)
+    reader = ArchiveReader(source, limits, stop)
     columns = reader.columns
     missing = [c for c in spec.required if c not in columns]
     if missing:

@@ -11,12 +11,12 @@ from starlette.requests import HTTPConnection
 
 from board.archives import service
 from board.archives.schemas import ArchiveListOut, HostArchivesOut, PruneOut, UploadOut
+from board.archives.upload import spool_body
 from board.archives.worker import Archives
 from board.auth.deps import ReaderDep
 from board.db.deps import PoolDep, SessionDep
 from board.errors import DomainError, ServiceUnavailable
 from board.hosts.rejections import record_rejection
-from board.httpserver import read_body
 from board.ingest.access import AgentAccess
 from board.ingest.deps import AccessDep
 from board.settings import SettingsDep
@@ -88,10 +88,11 @@ async def upload_archive(
     principal = await _agent(access, authorization)
     try:
         target = service.parse_target(table, date, datetime.now(UTC), settings)
-        body = await read_body(request, settings.archive_max_bytes)
-        result = await service.store_archive(
-            session, archives.store, settings, principal, target, body
-        )
+        body = await spool_body(request, settings.archive_max_bytes)
+        with body:
+            result = await service.store_archive(
+                session, archives.store, settings, principal, target, body
+            )
     except DomainError as exc:
         await _rejected(pool, principal, exc)
         raise

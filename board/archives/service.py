@@ -14,12 +14,13 @@ import re
 import threading
 import weakref
 from datetime import UTC, date, datetime, time, timedelta
+from typing import BinaryIO
 
 from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from board.archives.csvfile import TABLES, BadArchive, Checked, Limits, validate
+from board.archives.csvfile import TABLES, BadArchive, Checked, Limits, size_of, validate
 from board.archives.models import FULL, ArchiveBackfill, ArchiveObject
 from board.archives.schemas import (
     ArchiveOut,
@@ -28,7 +29,8 @@ from board.archives.schemas import (
     HostArchivesOut,
     UploadOut,
 )
-from board.archives.storage import ArchiveStore, object_key
+from board.archives.storage import ArchiveStore, object_key, put_object
+from board.archives.upload import too_large
 from board.errors import BadRequest, PayloadTooLarge, Unprocessable
 from board.hosts.service import get_host_row
 from board.settings import Settings
@@ -136,16 +138,15 @@ async def store_archive(
     settings: Settings,
     principal: tuple[int, int],
     target: tuple[str, str, date | None],
-    data: bytes,
+    data: BinaryIO,
 ) -> UploadOut:
-    """Validate, store (replacing an earlier upload) and index one object."""
+    """Validate, store (replacing an earlier upload) and index one object: a seekable
+    file of its bytes (board.archives.upload spools the body), read as a stream."""
     workspace_id, host_id = principal
     table, day_text, day = target
-    if len(data) > settings.archive_max_bytes:
-        raise PayloadTooLarge(
-            f"The archive is larger than the limit of {settings.archive_max_bytes} bytes "
-            "(GUA_BOARD_ARCHIVE_MAX_BYTES)."
-        )
+    size = size_of(data)
+    if size > settings.archive_max_bytes:
+        raise too_large(settings.archive_max_bytes)
     try:
         checked = await check_upload(table, day, data, Limits.of(settings))
     except BadArchive as exc:
@@ -155,14 +156,15 @@ async def store_archive(
     rows = checked.rows
     key = object_key(workspace_id, host_id, table, day_text)
     now = datetime.now(UTC)
-    await store.put(key, data)
+    data.seek(0)
+    await put_object(store, key, data)
     values = {
         "workspace_id": workspace_id,
         "host_id": host_id,
         "table_name": table,
         "day": day_text,
         "storage_key": key,
-        "size_bytes": len(data),
+        "size_bytes": size,
         "row_count": rows,
         "sha256": checked.sha256,
         "uploaded_at": now,
@@ -179,13 +181,13 @@ async def store_archive(
         backfill = await request_backfill(session, workspace_id, host_id, day)
     elif table == "gpu_device":
         await release_waiting(session, workspace_id, host_id)
-    return UploadOut(date=day_text, table=table, rows=rows, size_bytes=len(data), backfill=backfill)
+    return UploadOut(date=day_text, table=table, rows=rows, size_bytes=size, backfill=backfill)
 
 
 async def check_upload(
     table: str,
     day: date | None,
-    data: bytes,
+    data: bytes | BinaryIO,
     limits: Limits,
     stop: threading.Event | None = None,
 ) -> Checked:

@@ -14,10 +14,13 @@ import importlib
 import io
 import os
 import secrets
+import shutil
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from board.settings import Settings
+
+COPY_BLOCK_BYTES = 1024 * 1024
 
 
 @runtime_checkable
@@ -38,6 +41,22 @@ class OpenableStore(Protocol):
 
     async def open(self, key: str) -> BinaryIO:
         """A binary file of the object, positioned at its start; FileNotFoundError if none."""
+
+
+@runtime_checkable
+class FileStore(Protocol):
+    """A store that can take an object from a file (copied as a stream, never whole)."""
+
+    async def put_file(self, key: str, source: BinaryIO) -> None:
+        """Store the rest of `source` under key, as `put` stores bytes."""
+
+
+async def put_object(store: ArchiveStore, key: str, source: BinaryIO) -> None:
+    """Store a file's contents: streamed where the store can, else as its bytes."""
+    if isinstance(store, FileStore):
+        await store.put_file(key, source)
+    else:
+        await store.put(key, source.read())
 
 
 async def open_object(store: ArchiveStore, key: str) -> BinaryIO:
@@ -67,17 +86,23 @@ class LocalArchiveStore:
         await asyncio.to_thread(self._put, self._path(key), data)
 
     @staticmethod
-    def _put(path: Path, data: bytes) -> None:
+    def _put(path: Path, data: bytes | BinaryIO) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
             with tmp.open("wb") as out:
-                out.write(data)
+                if isinstance(data, bytes):
+                    out.write(data)
+                else:
+                    shutil.copyfileobj(data, out, COPY_BLOCK_BYTES)
                 out.flush()
                 os.fsync(out.fileno())
             tmp.replace(path)
         finally:
             tmp.unlink(missing_ok=True)
+
+    async def put_file(self, key: str, source: BinaryIO) -> None:
+        await asyncio.to_thread(self._put, self._path(key), source)
 
     async def get(self, key: str) -> bytes:
         return await asyncio.to_thread(self._path(key).read_bytes)

@@ -49,6 +49,7 @@ async def list_channels(ctx: AdminDep, session: SessionDep) -> ChannelList:
 async def remove_channel(
     channel_id: ChannelId, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> Response:
+    channel_id = service.canonical_channel_id(channel_id)
     await service.remove_channel(session, ctx, channel_id)
     await record(session, ctx, "notices.channel_removed", target=channel_id, address=address)
     return Response(status_code=204)
@@ -58,6 +59,7 @@ async def remove_channel(
 async def send_test_notice(
     channel_id: ChannelId, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> QueuedTest:
+    channel_id = service.canonical_channel_id(channel_id)
     queued = await service.send_test(session, ctx, channel_id)
     await record(session, ctx, "notices.test_sent", target=channel_id, address=address)
     return queued

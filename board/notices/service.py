@@ -116,6 +116,15 @@ async def list_channels(session: AsyncSession, workspace_id: int) -> list[Channe
     return [channel_view(c) for c in rows.all()]
 
 
+def canonical_channel_id(channel_id: str) -> str:
+    """A channel id as the board writes it (uuid.UUID also reads upper case, braces and
+    urn:uuid:, and such a spelling must not be audited as sent)."""
+    try:
+        return str(uuid.UUID(channel_id))
+    except ValueError:
+        raise NotFound("No such channel in this workspace.") from None
+
+
 async def find_channel(session: AsyncSession, workspace_id: int, channel_id: str) -> NoticeChannel:
     try:
         public = uuid.UUID(channel_id)

@@ -230,7 +230,9 @@ async def update(
             [body.note, ctx.workspace_id, stored.id],
         )
     if stored.user_id != ctx.user_id:
-        await record(session, ctx, "reservation.update_for_member", target=public)
+        await record(
+            session, ctx, "reservation.update_for_member", target=stored.shown.reservation_id
+        )
     return (await queries.get_by_id(conn, ctx.workspace_id, stored.id)).shown
 
 
@@ -269,4 +271,6 @@ async def cancel(
             [now, ctx.workspace_id, stored.id],
         )
     if stored.user_id != ctx.user_id:
-        await record(session, ctx, "reservation.cancel_for_member", target=public)
+        await record(
+            session, ctx, "reservation.cancel_for_member", target=stored.shown.reservation_id
+        )

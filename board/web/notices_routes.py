@@ -127,6 +127,7 @@ async def remove_channel(
     db: SessionDep,
     address: ClientAddressDep,
 ) -> Response:
+    channel_id = notices.canonical_channel_id(channel_id)
     await notices.remove_channel(db, page.ctx, channel_id)
     await record(db, page.ctx, "notices.channel_removed", target=channel_id, address=address)
     await db.commit()
@@ -142,6 +143,7 @@ async def send_test_notice(
     db: SessionDep,
     address: ClientAddressDep,
 ) -> Response:
+    channel_id = notices.canonical_channel_id(channel_id)
     await notices.send_test(db, page.ctx, channel_id)
     await record(db, page.ctx, "notices.test_sent", target=channel_id, address=address)
     await db.commit()

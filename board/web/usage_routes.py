@@ -213,10 +213,13 @@ async def usage_page(
             raise
         context["error"] = exc.detail
         return render(request, "usage.html", context, status_code=422)
+    # The keys as the report read them ("user " is user): the rows carry those names.
+    keys = list(params.parse_usage_group(query["groupBy"]))
     # Largest idle-held GPU-hours first (the table's default order; its headers re-sort).
     rows = sorted(report.rows, key=lambda r: -(r["idleHeldGpuHours"] or 0.0))
     labels = [_label(r, keys) for r in rows]
     context.update(
+        keys=keys,
         report=report,
         rows=rows,
         cost_digits=MINOR_UNITS.get(report.totals.currency or "", 2),
