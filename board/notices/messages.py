@@ -10,11 +10,27 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+
+def one_line(text: str) -> str:
+    """A header value or a printed name: every line break or other unprintable character
+    (host, GPU and Linux user names come from hosts) as a space. The mail library refuses
+    a header with any line break (one would stop every mail about that GPU), and in a body
+    a name with line breaks wrote lines of its own ("On the board: <another link>")."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+def _printed(value: object) -> object:
+    """What a template prints: text on one line, whatever it holds; the templates' own
+    line breaks are the only ones in a body."""
+    return one_line(value) if isinstance(value, str) else value
+
+
 _TEXT = Environment(
     loader=FileSystemLoader(Path(__file__).parent / "templates"),
     undefined=StrictUndefined,
     autoescape=False,  # plain-text mail; Slack text is escaped by _slack_escape
     keep_trailing_newline=True,
+    finalize=_printed,
 )
 
 _HEADLINES = {
@@ -51,7 +67,7 @@ def text_body(body: dict[str, Any], snooze_url: str | None) -> str:
     if body.get("type") == "digest.daily":
         return _TEXT.get_template("digest.txt").render(headline=headline(body), data=data)
     if body.get("type") == "test":
-        return f"{headline(body)}\n\nThis channel works.\n"
+        return f"{one_line(headline(body))}\n\nThis channel works.\n"
     shown = {
         "workspace": data.get("workspace", {}),
         "host": data.get("host", {}),
@@ -65,13 +81,6 @@ def text_body(body: dict[str, Any], snooze_url: str | None) -> str:
     return _TEXT.get_template("notice.txt").render(
         headline=headline(body), data=shown, snooze_url=snooze_url
     )
-
-
-def one_line(text: str) -> str:
-    """A header value: every line break or other unprintable character (host and Linux
-    user names come from hosts) as a space; the mail library refuses a header with any
-    line break, so one would stop every mail about that GPU."""
-    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def email(
@@ -92,16 +101,20 @@ def _slack_escape(value: object) -> str:
     return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _slack_line(value: object) -> str:
+    return _slack_escape(one_line(str(value)))
+
+
 def slack(body: dict[str, Any], snooze_url: str | None) -> dict[str, Any]:
     """An incoming-webhook message: a readable line, the details, links to the GPU and
     to the snooze page."""
     data = body.get("data", {})
-    lines = [f"*{_slack_escape(headline(body))}*"]
+    lines = [f"*{_slack_line(headline(body))}*"]
     if body.get("type") not in ("digest.daily", "test"):
-        lines.append(f"since {_slack_escape(data.get('since', ''))}")
+        lines.append(f"since {_slack_line(data.get('since', ''))}")
         booking = data.get("reservation")
         if booking:
-            lines.append(f"booked by {_slack_escape(booking.get('memberEmail'))}")
+            lines.append(f"booked by {_slack_line(booking.get('memberEmail'))}")
         if data.get("url"):
             lines.append(f"<{data['url']}|Open on the board>")
         if snooze_url:

@@ -203,7 +203,7 @@ async def add_member(
     return await _admin_page(request, page, db, runtime, status_code=201, new_member=shown)
 
 
-@router.post("/members/{email}/remove")
+@router.post("/members/{email:path}/remove")
 async def remove_member(
     request: Request,
     email: str,
@@ -225,7 +225,7 @@ async def remove_member(
     return redirect(request, f"/w/{page.slug}/admin?notice=member-removed#members")
 
 
-@router.post("/members/{email}/sign-out")
+@router.post("/members/{email:path}/sign-out")
 async def sign_out_member(
     request: Request,
     email: str,

@@ -109,7 +109,17 @@ def static_url(path: str) -> str:
 templates = Jinja2Templates(directory=str(TEMPLATES))
 # A misspelled name or attribute is an error, not a blank cell.
 templates.env.undefined = StrictUndefined
-templates.env.filters.update(ago=ago, gib=gib, hours=hours, pct=pct, share=share, when=when)
+
+
+def path_segment(value: object) -> str:
+    """A value as one URL path segment: Jinja's urlencode leaves "/" as it is, so the
+    member "z/../member@x" had a Remove button that removed "member@x"."""
+    return quote(str(value), safe="")
+
+
+templates.env.filters.update(
+    ago=ago, gib=gib, hours=hours, pct=pct, share=share, when=when, path_segment=path_segment
+)
 templates.env.globals.update(
     static_url=static_url,
     csrf_field=CSRF_FIELD,

@@ -67,7 +67,7 @@ async def add_member(
     return member.shown()
 
 
-@router.delete("/members/{email}", status_code=204, response_class=Response)
+@router.delete("/members/{email:path}", status_code=204, response_class=Response)
 async def remove_member(
     email: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> Response:
@@ -80,7 +80,7 @@ async def remove_member(
     return Response(status_code=204)
 
 
-@router.post("/members/{email}/sign-out", status_code=204, response_class=Response)
+@router.post("/members/{email:path}/sign-out", status_code=204, response_class=Response)
 async def sign_out_member(
     email: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> Response:
