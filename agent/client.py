@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any, Literal
 import httpx
 
 from agent import AGENT_VERSION
+from agent.config import TOKEN_SHAPE
 
 CLAIM_PATH = "/agent/v1/enrollments/claim"
 OBSERVATIONS_PATH = "/agent/v1/observations"
@@ -26,7 +26,6 @@ _MAX_DETAIL_CHARS = 500
 MAX_ANSWER_BYTES = 64 * 1024
 # The agent token travels in a header: visible ASCII only, so a newline cannot inject
 # headers and an answer of a megabyte is not taken for a token.
-_TOKEN_SHAPE = re.compile(r"[\x21-\x7e]{1,1024}")
 # The claim answer's other strings end up in the config, the spool path and every payload.
 _CLAIM_MAX_CHARS = {"hostId": 128, "displayName": 255, "tokenPrefix": 64}
 
@@ -248,7 +247,7 @@ class _Reply:
 
 def _usable_claim_value(key: str, value: str) -> bool:
     if key == "agentToken":
-        return _TOKEN_SHAPE.fullmatch(value) is not None
+        return TOKEN_SHAPE.fullmatch(value) is not None
     return bool(value.strip()) and len(value) <= _CLAIM_MAX_CHARS[key] and value.isprintable()
 
 

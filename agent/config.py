@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,11 @@ class AgentConfig:
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"missing or empty field {key!r}")
             values[key] = value
+        # As the claim's answer is checked: a token with a line end or a non-ASCII letter
+        # (a hand-edited config) cannot go in a header, and the HTTP library's refusal
+        # quoted the header, token and all, into the log.
+        if TOKEN_SHAPE.fullmatch(values["agentToken"]) is None:
+            raise ConfigError("field 'agentToken' is not a token (printable ASCII, no spaces)")
         return cls(
             server_url=normalize_server_url(values["serverUrl"]),
             host_id=values["hostId"],
@@ -68,10 +74,17 @@ class AgentConfig:
         )
 
 
+# What an agent token may hold: printable ASCII without spaces (what goes in a header).
+TOKEN_SHAPE = re.compile(r"[\x21-\x7e]{1,1024}")
+
+
 def normalize_server_url(url: str) -> str:
     """`https://board.example/` → `https://board.example`; refuses anything but http(s)."""
     text = url.strip().rstrip("/")
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # "http://[::1" and the like
+        raise ConfigError(f"server URL {url!r} cannot be read: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"server URL must start with http:// or https://, got {url!r}")
     if parts.query or parts.fragment:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,23 +94,39 @@ class Spool:
         return SpoolEntry(path, observed_at, len(body))
 
     def entries(self) -> list[SpoolEntry]:
-        """Spooled snapshots, oldest first."""
+        """Spooled snapshots, oldest first: regular files with an entry's name only.
+
+        A spool that cannot be listed (the path is a file, no permission) or an entry that
+        is not a regular file (a directory, a symlink loop) is passed over with a warning:
+        it used to end the agent's loop on every start, and the host went dark."""
         out: list[SpoolEntry] = []
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return out
+        names = self._names()
         for name in sorted(names):
             observed_at = _parse_name(name)
             if observed_at is None:
                 continue
             path = self.directory / name
             try:
-                size = path.stat().st_size
+                status = path.stat()
             except FileNotFoundError:  # drained meanwhile by another process
                 continue
-            out.append(SpoolEntry(path, observed_at, size))
+            except OSError as exc:
+                log.warning("spool entry %s cannot be read (%s); passed over", name, exc)
+                continue
+            if not stat.S_ISREG(status.st_mode):
+                log.warning("spool entry %s is not a regular file; passed over", name)
+                continue
+            out.append(SpoolEntry(path, observed_at, status.st_size))
         return out
+
+    def _names(self) -> list[str]:
+        try:
+            return os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.warning("the spool %s cannot be listed (%s)", self.directory, exc)
+            return []
 
     def __len__(self) -> int:
         return len(self.entries())
@@ -123,11 +140,20 @@ class Spool:
             return entry.path.read_bytes()
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            log.warning("spool entry %s cannot be read (%s); passed over", entry.name, exc)
+            return None
 
     def remove(self, entry: SpoolEntry) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             entry.path.unlink()
-        fsync_dir(self.directory)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("spool entry %s cannot be removed (%s)", entry.name, exc)
+            return
+        with contextlib.suppress(OSError):
+            fsync_dir(self.directory)
 
     def prune(self) -> int:
         """Enforce the age and size caps, oldest first; returns how many entries were dropped."""
@@ -139,22 +165,19 @@ class Spool:
         for entry in entries:
             if entry.observed_at >= cutoff and total <= self.max_bytes:
                 break
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 entry.path.unlink()
             total -= entry.size
             dropped += 1
         if dropped:
-            fsync_dir(self.directory)
+            with contextlib.suppress(OSError):
+                fsync_dir(self.directory)
             log.warning("spool full or expired: dropped %d oldest snapshot(s)", dropped)
         return dropped
 
     def _remove_stale_temps(self) -> None:
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return
         now = time.time()
-        for name in names:
+        for name in self._names():
             if not is_temp_name(name):
                 continue
             path = self.directory / name

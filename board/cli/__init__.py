@@ -125,7 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _undecodable(argv: list[str]) -> int | None:
+    """The position (from 1) of the first argument that is not UTF-8 (Python keeps such
+    bytes as lone surrogates, which PostgreSQL's driver refused with a traceback). Only
+    its position is shown: it may be a token."""
+    for position, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return position
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
+    bad = _undecodable(sys.argv[1:] if argv is None else argv)
+    if bad is not None:
+        print(f"gua-board: argument {bad} is not UTF-8 text", file=sys.stderr)
+        sys.exit(2)
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)

@@ -273,10 +273,36 @@ async def _verified(
             raise SsoFailed(f"The ID token was refused ({reason[:60]}).") from None
     if claims is None:
         raise SsoFailed("The ID token is signed with a key the provider does not list.")
-    email = claims.get("email")
-    verified = claims.get("email_verified")
     return Identity(
         subject=str(claims["sub"]),
-        email=email.strip().lower() if isinstance(email, str) else None,
-        email_verified=verified if isinstance(verified, bool) else None,
+        email=_email_claim(claims.get("email")),
+        email_verified=_verified_claim(claims.get("email_verified")),
     )
+
+
+def _email_claim(value: object) -> str | None:
+    """The email, lower case, when its case can be compared safely: Python lower-cases
+    the Kelvin sign to an ASCII k, so "\u212aate@x" (another mailbox) signed in as kate@x.
+    An address whose lower case differs from its ASCII lower case is refused."""
+    if not isinstance(value, str):
+        return None
+    email = value.strip()
+    lowered = email.lower()
+    ascii_lowered = "".join(c.lower() if c.isascii() else c for c in email)
+    if lowered != ascii_lowered:
+        raise SsoFailed(
+            "The provider's email address has letters whose case the board cannot compare "
+            "safely; ask an admin to add you with a password instead."
+        )
+    return lowered
+
+
+def _verified_claim(value: object) -> bool | None:
+    """email_verified as said: absent is None (not every provider sends it); true, or the
+    string "true" (some providers write booleans as strings), is yes; anything else said
+    ("false", "0", a number) is no. A string used to count as not said, so "false" passed."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, str) and value.strip().lower() == "true"
