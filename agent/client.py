@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import socket
+import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +28,9 @@ _MAX_DETAIL_CHARS = 500
 # The board's answers are a few hundred bytes; a longer (or endless) body is cut here
 # so a broken or hostile server cannot fill the agent's memory.
 MAX_ANSWER_BYTES = 64 * 1024
+# A send past its budget by this much is hung up on (the body's own deadline is checked
+# between reads; this bounds a read that never ends, the response head's included).
+_HANG_UP_GRACE_SECONDS = 1.0
 # The agent token travels in a header: visible ASCII only, so a newline cannot inject
 # headers and an answer of a megabyte is not taken for a token.
 # The claim answer's other strings end up in the config, the spool path and every payload.
@@ -114,6 +121,9 @@ class BoardClient:
             follow_redirects=False,
             trust_env=True,
         )
+        # The sockets this client's connections opened (learned from httpx's trace
+        # extension), so that a deadline can hang up the one an exchange waits on.
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
 
     def __enter__(self) -> BoardClient:
         return self
@@ -199,17 +209,43 @@ class BoardClient:
         """
         total = budget if budget is not None else self.timeouts.connect + self.timeouts.read
         give_up_at = time.monotonic() + total
-        with self._http.stream("POST", url, content=body, timeout=timeout) as response:
-            received = bytearray()
-            # An in-memory answer (a test transport) is already read; a network one streams.
-            raw = [response.content] if response.is_stream_consumed else response.iter_raw()
-            for chunk in raw:
-                received += chunk
-                if len(received) >= MAX_ANSWER_BYTES or time.monotonic() >= give_up_at:
-                    break
-            return _Reply(
-                response.status_code, response.headers, bytes(received[:MAX_ANSWER_BYTES])
-            )
+        # httpx bounds each read, so a board trickling header lines (one every few
+        # seconds, up to h11's 16 KiB of head) held a send for hours: past the budget,
+        # and a little grace, the watchdog shuts the socket down and the read ends.
+        watchdog = threading.Timer(total + _HANG_UP_GRACE_SECONDS, self._hang_up)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with self._http.stream(
+                "POST", url, content=body, timeout=timeout, extensions={"trace": self._trace}
+            ) as response:
+                received = bytearray()
+                # An in-memory answer (a test transport) is already read; a network one
+                # streams.
+                raw = [response.content] if response.is_stream_consumed else response.iter_raw()
+                for chunk in raw:
+                    received += chunk
+                    if len(received) >= MAX_ANSWER_BYTES or time.monotonic() >= give_up_at:
+                        break
+                return _Reply(
+                    response.status_code, response.headers, bytes(received[:MAX_ANSWER_BYTES])
+                )
+        finally:
+            watchdog.cancel()
+
+    def _trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete":
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                self._sockets.add(sock)
+
+    def _hang_up(self) -> None:
+        """Shut down this client's sockets (one exchange at a time uses the client, so
+        the one in flight is among them): a blocked read returns, the send fails."""
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:

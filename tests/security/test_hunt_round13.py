@@ -1,9 +1,7 @@
 """Round 13 of the hunt: our agent facing a hostile board and hostile local input, single
 sign-on email claims, and the `gua-board` CLI with hostile arguments.
 
-Each test asserts the behaviour that must hold, and failed on the defect it names; all
-are fixed but the trickling response head, a strict xfail until the agent's exchange gets
-a deadline below httpx.
+Each test asserts the behaviour that must hold, and failed on the defect it names.
 
 Attacks that held (no test): redirects of a push, a claim or the live stream to another
 origin (never followed with the token); 100 MB, endless chunked, gzip-bomb and trickling
@@ -260,11 +258,6 @@ def test_a_corrupt_spool_does_not_end_the_tick_loop(
 # ---- 4. trickling headers ------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, not fixed yet: httpx bounds each read, not the response head; "
-    "the fix needs a deadline below httpx (docs/agent.md)",
-)
 def test_trickling_response_headers_are_bounded_by_the_budget(
     fake_board: Callable[[Callable[[socket.socket], None]], FakeBoard],
 ) -> None:
