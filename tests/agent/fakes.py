@@ -5,9 +5,12 @@ No database and no GPU: everything here runs on any Linux machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import threading
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -354,3 +357,22 @@ def check_contract(payload: dict[str, Any]) -> None:
             assert proc.get("type", "compute") in ("compute", "graphics")
             mem = proc["memoryUsedMb"]
             assert mem is None or (_is_int(mem) and mem >= 0)
+
+
+@contextlib.contextmanager
+def logging_left_as_found() -> Iterator[None]:
+    """The agent's CLI sets up logging for its process (a root handler on the stderr of
+    the moment, httpx quieted); run in-process in a test, that must not outlive it, or
+    later tests in the same worker log to a closed stream and see no httpx lines."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    quieted = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
+    try:
+        yield
+    finally:
+        for handler in root.handlers:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+        for name, was in quieted.items():
+            logging.getLogger(name).setLevel(was)

@@ -17,7 +17,6 @@ issue-token --expires-in` nan, inf, 1e308, -1.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import subprocess
@@ -40,6 +39,7 @@ from agent.payload import HostIdentity
 from agent.runner import Runner
 from agent.sender import Sender
 from agent.spool import Spool, entry_name
+from tests.agent.fakes import logging_left_as_found
 from tests.board.builders import make_tenant
 from tests.security.test_hunt_integrations import (  # noqa: F401 (fixtures)
     SigningProvider,
@@ -120,16 +120,8 @@ def fake_board() -> Iterator[Callable[[Callable[[socket.socket], None]], FakeBoa
 @pytest.fixture
 def agent_logging() -> Iterator[None]:
     """The agent's CLI installs a root handler; it must not outlive the test."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    quiet = {n: logging.getLogger(n).level for n in ("httpx", "httpcore")}
-    yield
-    for handler in root.handlers:
-        if handler not in handlers:
-            root.removeHandler(handler)
-    root.setLevel(level)
-    for name, was in quiet.items():
-        logging.getLogger(name).setLevel(was)
+    with logging_left_as_found():
+        yield
 
 
 def write_config(path: Path, **changed: str) -> Path:
