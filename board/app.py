@@ -18,15 +18,11 @@ from board.audit.routes import router as audit_router
 from board.db.deps import PoolDep
 from board.db.urls import resolve_database_url
 from board.directory.routes import router as directory_router
+from board.edge import BaselineHeadersMiddleware, NegotiatedGZipMiddleware, RequestGuardMiddleware
 from board.enrollment.routes import router as enrollment_router
 from board.errors import ServiceUnavailable, install_error_handlers
 from board.hosts.routes import router as hosts_router
-from board.httpserver import (
-    BaselineHeadersMiddleware,
-    BodyDeadlineMiddleware,
-    NegotiatedGZipMiddleware,
-    RequestGuardMiddleware,
-)
+from board.httpserver import BodyDeadlineMiddleware
 from board.ingest.routes import router as ingest_router
 from board.jsonbodies import refuse_wide_json_bodies
 from board.logs import RequestContextMiddleware, install_redaction

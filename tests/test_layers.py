@@ -1,6 +1,6 @@
 """The import structure of `board/`, computed from the source: layers, one way, no cycle.
 
-kit (db, auth, errors, settings, httpserver, jsonbodies, logs, metrics)
+kit (db, auth, errors, settings, httpserver, edge, jsonbodies, logs, metrics)
   <  domains (hosts, ingest, …)
   <  runtime (the composition root), maintenance (the schedule)  <  web (pages)
   <  app, cli, demo, metadata (entry points)
@@ -18,7 +18,7 @@ from pathlib import Path
 
 BOARD = Path(__file__).resolve().parents[1] / "board"
 
-KIT = {"db", "auth", "errors", "settings", "httpserver", "jsonbodies", "logs", "metrics"}
+KIT = {"db", "auth", "errors", "settings", "httpserver", "edge", "jsonbodies", "logs", "metrics"}
 ENTRY = {"app", "cli", "demo", "metadata"}
 # runtime builds the domains' parts; maintenance schedules partitions and rollups.
 LAYER_OF_SPECIAL = {"runtime": 2, "maintenance": 2, "web": 3}

@@ -10,6 +10,7 @@ from board.audit.deps import ClientAddressDep
 from board.audit.service import record
 from board.auth.deps import AdminDep
 from board.db.deps import SessionDep
+from board.edge import read_body
 from board.enrollment import service
 from board.enrollment.schemas import (
     ClaimRequest,
@@ -19,7 +20,6 @@ from board.enrollment.schemas import (
     IssueRequest,
     RevokedEnrollment,
 )
-from board.httpserver import read_body
 from board.ingest.service import require_json
 from board.settings import SettingsDep
 

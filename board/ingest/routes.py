@@ -6,8 +6,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from board.edge import read_body
 from board.errors import DomainError
-from board.httpserver import read_body
 from board.ingest import service
 from board.ingest.store import Outcome
 from board.metrics.registry import observations_accepted, observations_rejected, rejection_label

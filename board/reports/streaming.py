@@ -12,7 +12,7 @@ from starlette.datastructures import Headers
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from board.httpserver import accepts_gzip as client_accepts_gzip
+from board.edge import accepts_gzip as client_accepts_gzip
 from board.reports.deflated import Deflated, crc32_combine, inflate
 
 # gzip's fastest level. The app's GZipMiddleware (level 9) compresses report text at
@@ -29,7 +29,7 @@ Part = bytes | Deflated
 
 
 def accepts_gzip(headers: Headers) -> bool:
-    """The app's gzip middleware's own test (board.httpserver), which then passes our
+    """The app's gzip middleware's own test (board.edge), which then passes our
     already compressed body through."""
     return client_accepts_gzip(headers.get("accept-encoding", ""))
 

@@ -73,7 +73,7 @@ async def test_static_files_stay_cacheable(client: httpx.AsyncClient) -> None:
     ],
 )
 def test_gzip_is_accepted_by_rfc_9110s_rules(accept_encoding: str, accepted: bool) -> None:
-    from board.httpserver import accepts_gzip
+    from board.edge import accepts_gzip
 
     assert accepts_gzip(accept_encoding) is accepted
 

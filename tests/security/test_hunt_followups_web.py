@@ -175,7 +175,7 @@ async def test_a_stream_hostid_that_is_no_uuid_is_422(app: Any, client: httpx.As
         assert "hostId" in detail
         if value:
             assert value[:8] not in detail  # not echoed: it may be a pasted token
-    # A NUL in the URL is refused before any route (board.httpserver).
+    # A NUL in the URL is refused before any route (board.edge).
     refused(await client.get(f"{url}?hostId=%00", headers=tenant.auth("member")), 400)
 
 
