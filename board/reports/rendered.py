@@ -21,7 +21,7 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 
 from board.reports import repository as repo
-from board.reports import service
+from board.reports import service, utilization_sql
 from board.reports.csv import LINE_END, csv_cells
 from board.reports.params import Window
 from board.reports.schemas import ReportCoverage, UtilizationHead
@@ -75,7 +75,7 @@ async def _bucket_starts(
     rows are bucketed with."""
     cur = await conn.execute(
         f"""
-        SELECT DISTINCT {repo.hour_bucket_sql(bucket, "h")}
+        SELECT DISTINCT {utilization_sql.hour_bucket_sql(bucket, "h")}
         FROM generate_series(%(start)s::timestamptz, %(end)s::timestamptz - interval '1 hour',
                              interval '1 hour') AS h
         """,
@@ -106,11 +106,12 @@ async def _blocks(
     `labels` maps each bucket start to its text (a JSON string, or the CSV cell).
     """
     row, separator = _row_sql(fmt)
+    figures = utilization_sql.utilization_figures_sql(group, bucket, scope.host_id is not None)
     statement = f"""
         SELECT key, string_agg(row_text, {separator} ORDER BY bucket)
         FROM (
             SELECT key, bucket, {row} AS row_text
-            FROM ({repo.utilization_figures_sql(group, bucket, scope.host_id is not None)}) AS f
+            FROM ({figures}) AS f
             JOIN unnest(%(starts)s::timestamptz[], %(labels)s::text[]) AS lb(start, label)
               ON lb.start = f.bucket
             ORDER BY key, bucket

@@ -19,6 +19,7 @@ import psycopg
 
 from board.errors import Unprocessable
 from board.reports import repository as repo
+from board.reports import utilization_sql
 from board.reports.cost import amount, exact, window_pricing, workspace_currency
 from board.reports.params import HOUR, Window, require_whole_hour_days
 from board.reports.schemas import (
@@ -365,7 +366,7 @@ async def utilization_report(
     PostgreSQL (board.reports.rendered). `host_id`: only that host's GPUs (or itself)."""
     scope = await utilization_scope(conn, workspace_id, window, bucket, host_id)
     with zone_known_to_database(window):
-        found = await repo.utilization_rows(conn, scope, group, bucket)
+        found = await utilization_sql.utilization_rows(conn, scope, group, bucket)
         coverage = await report_coverage(conn, scope, window)
 
     # Rows come grouped by id and in time order; the blocks go in name order.

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from board.reports import bodies, deflated, service
+from board.reports import bodies, deflated, service, utilization_sql
 from board.reports import repository as repo
 from board.reports.csv import LINE_END, csv_cells
 from board.reports.deflated import Deflated
@@ -49,7 +49,7 @@ def _live_sql(group: str, bucket: str, fmt: str) -> str:
     """The rows of the asked (key, piece) pairs, in body order, tagged with both."""
     return f"""
         SELECT k.ord, n.idx, {_row_sql(fmt)}, f.covered_us
-        FROM ({repo.utilization_figures_sql(group, bucket, keyed=True)}) AS f
+        FROM ({utilization_sql.utilization_figures_sql(group, bucket, keyed=True)}) AS f
         JOIN unnest(%(keys)s::bigint[], %(ords)s::int[], %(prefixes)s::text[])
              AS k(id, ord, prefix) ON k.id = f.key
         JOIN unnest(%(need_keys)s::bigint[], %(need_pieces)s::int[]) AS n(key, idx)
@@ -70,7 +70,7 @@ async def _hour_buckets(
     by the expression the rows are bucketed with."""
     cur = await conn.execute(
         f"""
-        SELECT h, {repo.hour_bucket_sql(bucket, "h")}
+        SELECT h, {utilization_sql.hour_bucket_sql(bucket, "h")}
         FROM generate_series(%(start)s::timestamptz, %(end)s::timestamptz,
                              interval '1 hour') AS h
         ORDER BY h
