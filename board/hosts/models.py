@@ -86,6 +86,30 @@ class Gpu(Base):
     )
 
 
+class GpuNameHistory(Base):
+    """The names a GPU was reported under before its current one: [since, until) each.
+
+    Hours are priced by the model their GPU was reported as then (board.reports
+    .repository.costed_user_source), not by the name it has now: a card whose reported
+    name changes (a driver spelling the model differently) does not reprice its past.
+    """
+
+    __tablename__ = "gpu_name_history"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    gpu_id: Mapped[int] = mapped_column(BigInteger)
+    name: Mapped[str] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "gpu_id", "until"),
+        ForeignKeyConstraint(
+            ["workspace_id", "gpu_id"], ["gpus.workspace_id", "gpus.id"], ondelete="CASCADE"
+        ),
+    )
+
+
 class HostRejection(Base):
     """Rejected pushes per host, reason and hour, so a broken agent is visible."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import psycopg
@@ -35,6 +36,7 @@ class _GpuRow(NamedTuple):
     gpu_index: int
     name: str
     memory_total_mb: int
+    observed_at: datetime  # when a renamed GPU's old name ends (gpu_name_history)
 
 
 class TooManyGpus(Unprocessable):
@@ -50,14 +52,54 @@ class TooManyGpus(Unprocessable):
         self.limit = limit
 
 
+# A GPU whose name changes keeps its old name, for the hours before the change, in
+# gpu_name_history (hours are priced by the model they were reported as). The CTE reads
+# the rows as they were before this statement's upsert: the old names. The first name
+# holds from 2000-01-01, before any hour the board keeps (archives start there).
 _UPSERT = """
+    WITH incoming AS (
+        SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::text[],
+                             %s::int[], %s::timestamptz[])
+            AS i(workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, observed_at)
+    ), renamed AS (
+        INSERT INTO gpu_name_history (workspace_id, gpu_id, name, since, until)
+        SELECT g.workspace_id, g.id, g.name,
+               coalesce((SELECT max(h.until) FROM gpu_name_history h
+                         WHERE h.workspace_id = g.workspace_id AND h.gpu_id = g.id),
+                        '2000-01-01T00:00:00Z'),
+               i.observed_at
+        FROM incoming i
+        JOIN gpus g ON g.workspace_id = i.workspace_id AND g.host_id = i.host_id
+                   AND g.uuid = i.uuid
+        WHERE g.name <> i.name
+        ON CONFLICT DO NOTHING
+    )
     INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb)
-    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::text[],
-                         %s::int[])
+    SELECT workspace_id, host_id, uuid, gpu_index, name, memory_total_mb FROM incoming
     ON CONFLICT (workspace_id, host_id, uuid) DO UPDATE
         SET gpu_index = EXCLUDED.gpu_index, name = EXCLUDED.name,
             memory_total_mb = EXCLUDED.memory_total_mb
     RETURNING host_id, uuid, id, gpu_index, name, memory_total_mb
+"""
+
+# The GPUs a late point names: added when new, read as they are when known (a late
+# point changes no GPU). Every row comes back: the inserted ones and the existing ones.
+_ADD = """
+    WITH incoming AS (
+        SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::text[],
+                             %s::int[], %s::timestamptz[])
+            AS i(workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, observed_at)
+    ), added AS (
+        INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb)
+        SELECT workspace_id, host_id, uuid, gpu_index, name, memory_total_mb FROM incoming
+        ON CONFLICT (workspace_id, host_id, uuid) DO NOTHING
+        RETURNING host_id, uuid, id, gpu_index, name, memory_total_mb
+    )
+    SELECT * FROM added
+    UNION ALL
+    SELECT g.host_id, g.uuid, g.id, g.gpu_index, g.name, g.memory_total_mb
+    FROM incoming i
+    JOIN gpus g ON g.workspace_id = i.workspace_id AND g.host_id = i.host_id AND g.uuid = i.uuid
 """
 
 
@@ -78,33 +120,42 @@ async def resolve_gpu_ids(
     point to were rolled back.
     """
     refused = await _refuse_past_limit(conn, candidates, hosts, cache)
-    wanted: dict[GpuKey, _GpuRow] = {}
+    wanted: dict[GpuKey, tuple[_GpuRow, bool]] = {}  # the row, and may it change one
     for i, obs in candidates:
         if i in refused:
             continue
+        newest = hosts[obs.host_id].latest_observed_at
+        # A late point (a spool replayed, an archive back-filled) adds a GPU it names
+        # but changes no known one: the host's newest observations say what a card is now.
+        late = newest is not None and obs.observed_at < newest
         for g in obs.snapshot.gpus:
             key = (obs.host_id, g.uuid)
             known = cache.get(key)
             # Everything but the id: a GPU's index, name or memory may change.
-            if known is None or known[1:] != (g.index, g.name, g.memoryTotalMb):
-                wanted[key] = _GpuRow(obs.workspace_id, g.index, g.name, g.memoryTotalMb)
+            if known is None or (not late and known[1:] != (g.index, g.name, g.memoryTotalMb)):
+                row = _GpuRow(obs.workspace_id, g.index, g.name, g.memoryTotalMb, obs.observed_at)
+                wanted[key] = (row, not late)
     if not wanted:
         return refused
-    items = sorted(wanted.items())
-    cur = await conn.execute(
-        _UPSERT,
-        [
-            [row.workspace_id for _, row in items],
-            [host_id for (host_id, _), _ in items],
-            [uuid for (_, uuid), _ in items],
-            [row.gpu_index for _, row in items],
-            [row.name for _, row in items],
-            [row.memory_total_mb for _, row in items],
-        ],
-    )
-    for host_id, uuid, gpu_id, index, name, total in await cur.fetchall():
-        touched.append((host_id, uuid))
-        cache[(host_id, uuid)] = GpuInfo(gpu_id, index, name, total)
+    for statement, may_change in ((_UPSERT, True), (_ADD, False)):
+        items = sorted((key, row) for key, (row, change) in wanted.items() if change is may_change)
+        if not items:
+            continue
+        cur = await conn.execute(
+            statement,
+            [
+                [row.workspace_id for _, row in items],
+                [host_id for (host_id, _), _ in items],
+                [uuid for (_, uuid), _ in items],
+                [row.gpu_index for _, row in items],
+                [row.name for _, row in items],
+                [row.memory_total_mb for _, row in items],
+                [row.observed_at for _, row in items],
+            ],
+        )
+        for host_id, uuid, gpu_id, index, name, total in await cur.fetchall():
+            touched.append((host_id, uuid))
+            cache[(host_id, uuid)] = GpuInfo(gpu_id, index, name, total)
     return refused
 
 

@@ -128,8 +128,16 @@ def costed_user_source(
     gpu = "r.gpu_id" if "gpu_id" in columns else "NULL::bigint"
     host = "r.host_id" if "host_id" in columns else "NULL::bigint"
     time = "date_trunc('day', r.t, %(tz)s)" if "day" in columns else "NULL::timestamptz"
-    model = "g.name" if by_model else "NULL::text"
-    models = "LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id" if by_model else ""
+    # The model an hour was reported as: the GPU's name then (gpu_name_history, empty
+    # unless a card was renamed), else its name now.
+    model = "coalesce(n.name, g.name)" if by_model else "NULL::text"
+    models = (
+        """LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id
+        LEFT JOIN gpu_name_history n ON n.workspace_id = %(ws)s AND n.gpu_id = r.gpu_id
+                                    AND r.t >= n.since AND r.t < n.until"""
+        if by_model
+        else ""
+    )
     price = "coalesce(mp.price, sp.price)" if by_model else "sp.price"
     model_prices = (
         "LEFT JOIN model_prices mp ON mp.gpu_model = u.gpu_model AND mp.seg = u.seg"
@@ -222,7 +230,8 @@ async def dirty_days(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, d0: datetime, d1: datetime
 ) -> tuple[datetime, ...]:
     """Days in [d0, d1) whose hours changed since their day rows were computed, and days
-    a price starts inside (not at UTC midnight): their day rows span two prices."""
+    a price starts inside (not at UTC midnight) or a GPU was renamed inside: their day
+    rows span two prices, or two models."""
     if d0 >= d1:
         return ()
     cur = await conn.execute(
@@ -233,6 +242,10 @@ async def dirty_days(
         SELECT date_trunc('day', starts_at, 'UTC') FROM prices
         WHERE workspace_id = %(ws)s AND starts_at >= %(d0)s AND starts_at < %(d1)s
           AND starts_at <> date_trunc('day', starts_at, 'UTC')
+        UNION
+        SELECT date_trunc('day', until, 'UTC') FROM gpu_name_history
+        WHERE workspace_id = %(ws)s AND until >= %(d0)s AND until < %(d1)s
+          AND until <> date_trunc('day', until, 'UTC')
         ORDER BY 1
         """,
         {"ws": workspace_id, "d0": d0, "d1": d1},

@@ -1,13 +1,13 @@
 """Round 14 of the hunt: conditional requests, the calendar feed, and money.
 
-- Still (a strict xfail until fixed): the cost of an hour already past follows the
-  GPU's *current* name. Cost joins each rollup row to `gpus.name`, and every push
-  overwrites that name (board/ingest/gpuids.py, `ON CONFLICT … SET name =
-  EXCLUDED.name`). So when an agent reports a card under another name (a driver update
-  that spells the model differently, or a host whose stolen agent token renames its
-  own cards), every past hour of that GPU is priced again at the new name's price: a
-  closed statement, the FOCUS file and the usage report for last week change after
-  they were downloaded. docs/money.md states the exception until it is fixed.
+- Was: the cost of an hour already past followed the GPU's *current* name. Cost
+  joined each rollup row to `gpus.name`, and every push overwrote that name
+  (board/ingest/gpuids.py). So when an agent reported a card under another name (a
+  driver update that spells the model differently, or a host whose stolen agent token
+  renames its own cards), every past hour of that GPU was priced again at the new
+  name's price: a closed statement, the FOCUS file and the usage report for last week
+  changed after they were downloaded. Now each hour is priced by the name its GPU had
+  then (gpu_name_history).
 
 Attacks that held (no test): fleet.json's ETag after a push, a booking, a cancel, a
 role change and a removal (the fingerprint names every drawn value, the role and the
@@ -32,18 +32,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.board.builders import enroll, push
 from tests.board.money_builders import H100, fixture_day, prices_body, two_models
 from tests.board.test_reports_builders import quick_tenant, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, not fixed yet: cost joins each hour to the GPU's current name "
-    "(docs/money.md says so); the fix keeps the model each hour was reported under",
-)
 async def test_a_renamed_gpu_does_not_reprice_its_past_hours(
     app: Any, client: httpx.AsyncClient
 ) -> None:
