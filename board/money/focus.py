@@ -18,7 +18,7 @@ import psycopg
 
 from board.reports import repository as repo
 from board.reports import service as reports
-from board.reports.cost import Currency, amount_text, exact, workspace_currency
+from board.reports.cost import Currency, amount_text, exact, has_renames, workspace_currency
 from board.reports.csv import LINE_END, csv_cells
 from board.reports.params import Window, require_whole_hour_days
 
@@ -70,19 +70,23 @@ UNIT = "GPU-Hours"
 SERVICE_NAME = "GPU compute"
 FETCH_ROWS = 2_000
 
-_ROWS_SQL = f"""
+# Two spellings: with the names renamed GPUs had (only when the workspace has any).
+_ROWS_SQL = {
+    renamed: f"""
     SELECT (r.t AT TIME ZONE %(tz)s)::date AS day, r.team, r.linux_user, r.gpu_model,
            sum(r.held_us)::bigint, sum(r.active_us)::bigint, sum(r.idle_held_us)::bigint,
            sum(r.cost_n),
            string_agg(DISTINCT coalesce(h.display_name, '(deleted host)'), '; '
                       ORDER BY coalesce(h.display_name, '(deleted host)'))
-    FROM {repo.costed_user_source(("host_id", "day"))}
+    FROM {repo.costed_user_source(("host_id", "day"), renamed=renamed)}
     LEFT JOIN hosts h ON h.workspace_id = %(ws)s AND h.id = r.host_id
     GROUP BY 1, 2, 3, 4
     HAVING sum(r.held_us) <> 0
     ORDER BY day, r.team COLLATE "C" NULLS LAST, r.linux_user COLLATE "C",
              r.gpu_model COLLATE "C" NULLS LAST
 """
+    for renamed in (False, True)
+}
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,7 @@ async def prepare_focus(
     periods = _Periods(window)
     cur = conn.cursor(name="focus_rows")
     with reports.zone_known_to_database(window):
-        await cur.execute(_ROWS_SQL, scope.params())
+        await cur.execute(_ROWS_SQL[await has_renames(conn, workspace_id)], scope.params())
         rows = await cur.fetchmany(FETCH_ROWS)
 
     async def chunks() -> AsyncIterator[bytes]:

@@ -21,22 +21,26 @@ from board.errors import Unprocessable
 from board.readmodels import ReadModel
 from board.reports import repository as repo
 from board.reports import service as reports
-from board.reports.cost import Currency, amount_text, exact, workspace_currency
+from board.reports.cost import Currency, amount_text, exact, has_renames, workspace_currency
 from board.reports.csv import LINE_END, csv_cells
 from board.reports.params import Window, local_day_hour, parse_window
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$", re.ASCII)  # "٢٠٢٦-١١" is no month here
 
-_LINES_SQL = f"""
+# Two spellings: with the names renamed GPUs had (only when the workspace has any).
+_LINES_SQL = {
+    renamed: f"""
     SELECT r.team, r.linux_user, r.gpu_model,
            sum(r.held_us)::bigint, sum(r.active_us)::bigint, sum(r.idle_held_us)::bigint,
            sum(r.cost_n), sum(r.idle_cost_n)
-    FROM {repo.costed_user_source()}
+    FROM {repo.costed_user_source(renamed=renamed)}
     GROUP BY 1, 2, 3
     HAVING sum(r.held_us) <> 0
     ORDER BY r.team COLLATE "C" NULLS LAST, r.linux_user COLLATE "C",
              r.gpu_model COLLATE "C" NULLS LAST
 """
+    for renamed in (False, True)
+}
 
 
 def parse_month(value: str | None, today: date) -> date:
@@ -118,7 +122,7 @@ async def month_figures(
     currency = await workspace_currency(conn, workspace_id)
     scope = await reports.usage_scope(conn, workspace_id, window, day_keyed=False)
     with reports.zone_known_to_database(window):
-        cur = await conn.execute(_LINES_SQL, scope.params())
+        cur = await conn.execute(_LINES_SQL[await has_renames(conn, workspace_id)], scope.params())
         found = await cur.fetchall()
     teams: dict[str | None, _Sums] = {}
     for team, user, model, held, active, idle_held, cost_n, idle_n in found:

@@ -54,6 +54,9 @@ class Pricing:
 
     in_force: bool
     by_model: bool
+    # A GPU of the workspace was ever renamed: hours are then priced by the name their
+    # GPU had (gpu_name_history), a join left out when there is nothing to join.
+    renamed: bool = False
 
 
 async def window_pricing(
@@ -64,15 +67,25 @@ async def window_pricing(
     report its speed, never a figure."""
     cur = await conn.execute(
         """
-        SELECT coalesce(bool_or(true), false), coalesce(bool_or(gpu_model <> '*'), false)
+        SELECT coalesce(bool_or(true), false), coalesce(bool_or(gpu_model <> '*'), false),
+               EXISTS (SELECT 1 FROM gpu_name_history WHERE workspace_id = %s)
         FROM price_ranges
         WHERE workspace_id = %s AND starts_at < %s AND ends_at > %s
         """,
-        [workspace_id, end, start],
+        [workspace_id, workspace_id, end, start],
     )
     row = await cur.fetchone()
     assert row is not None  # an aggregate always answers one row
-    return Pricing(bool(row[0]), bool(row[1]))
+    return Pricing(bool(row[0]), bool(row[1]), bool(row[2]))
+
+
+async def has_renames(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> bool:
+    """Whether a GPU of the workspace was ever renamed (see Pricing.renamed)."""
+    cur = await conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM gpu_name_history WHERE workspace_id = %s)", [workspace_id]
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
 
 
 def exact(numerator: Decimal | int | None) -> int:

@@ -93,7 +93,9 @@ def user_source(columns: Sequence[str], pricing: Pricing) -> str:
     without a currency, exactly as the costed rows would give) and the directory joined
     only for a `team` column: no price segments, GPU models or regrouping to pay for."""
     if pricing.in_force:
-        return costed_user_source(columns, pricing.by_model, teams="team" in columns)
+        return costed_user_source(
+            columns, pricing.by_model, teams="team" in columns, renamed=pricing.renamed
+        )
     if "team" not in columns:
         return f"""
     (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
@@ -110,7 +112,7 @@ def user_source(columns: Sequence[str], pricing: Pricing) -> str:
 
 
 def costed_user_source(
-    columns: Sequence[str] = (), by_model: bool = True, teams: bool = True
+    columns: Sequence[str] = (), by_model: bool = True, teams: bool = True, renamed: bool = False
 ) -> str:
     """USER_SOURCE with each Linux user's team (the directory as it is now), the GPU's
     model and the exact cost numerators, held and idle-held: µs × the price per GPU-hour
@@ -128,16 +130,14 @@ def costed_user_source(
     gpu = "r.gpu_id" if "gpu_id" in columns else "NULL::bigint"
     host = "r.host_id" if "host_id" in columns else "NULL::bigint"
     time = "date_trunc('day', r.t, %(tz)s)" if "day" in columns else "NULL::timestamptz"
-    # The model an hour was reported as: the GPU's name then (gpu_name_history, empty
-    # unless a card was renamed), else its name now.
-    model = "coalesce(n.name, g.name)" if by_model else "NULL::text"
-    models = (
-        """LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id
+    # The model an hour was reported as: the GPU's name then (gpu_name_history, joined
+    # only when a GPU of the workspace was ever `renamed`), else its name now.
+    model = ("coalesce(n.name, g.name)" if renamed else "g.name") if by_model else "NULL::text"
+    models = "LEFT JOIN gpus g ON g.workspace_id = %(ws)s AND g.id = r.gpu_id" if by_model else ""
+    if by_model and renamed:
+        models += """
         LEFT JOIN gpu_name_history n ON n.workspace_id = %(ws)s AND n.gpu_id = r.gpu_id
                                     AND r.t >= n.since AND r.t < n.until"""
-        if by_model
-        else ""
-    )
     price = "coalesce(mp.price, sp.price)" if by_model else "sp.price"
     model_prices = (
         "LEFT JOIN model_prices mp ON mp.gpu_model = u.gpu_model AND mp.seg = u.seg"
