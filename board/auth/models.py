@@ -23,7 +23,9 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Text,
     func,
+    text,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
@@ -37,7 +39,15 @@ class Workspace(Base):
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     slug: Mapped[str] = mapped_column(Text, unique=True)
     name: Mapped[str] = mapped_column(Text)
+    # The value in force now; with the dated history below (board.rollups.gaps): each
+    # value holds from its `from` (the first from the beginning, NULL) until the next.
     max_sample_gap_seconds: Mapped[int] = mapped_column(Integer, server_default="120")
+    sample_gap_from: Mapped[list[datetime | None]] = mapped_column(
+        ARRAY(DateTime(timezone=True)), server_default=text("'{NULL}'")
+    )
+    sample_gap_seconds: Mapped[list[int]] = mapped_column(
+        ARRAY(Integer), server_default=text("'{120}'")
+    )
     stale_after_seconds: Mapped[int] = mapped_column(Integer, server_default="90")
     timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
     # How long hourly rollups are kept; raw samples follow the server-wide raw retention.
@@ -57,6 +67,14 @@ class Workspace(Base):
     __table_args__ = (
         CheckConstraint("slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'", name="slug_format"),
         CheckConstraint("max_sample_gap_seconds BETWEEN 1 AND 86400", name="max_gap_range"),
+        CheckConstraint(
+            "cardinality(sample_gap_seconds) BETWEEN 1 AND 200 "
+            "AND cardinality(sample_gap_from) = cardinality(sample_gap_seconds) "
+            "AND sample_gap_from[1] IS NULL "
+            "AND 1 <= ALL (sample_gap_seconds) AND 86400 >= ALL (sample_gap_seconds) "
+            "AND max_sample_gap_seconds = sample_gap_seconds[cardinality(sample_gap_seconds)]",
+            name="sample_gap_history",
+        ),
         CheckConstraint("stale_after_seconds BETWEEN 1 AND 86400", name="stale_after_range"),
         CheckConstraint("retention_days BETWEEN 1 AND 3650", name="retention_range"),
         CheckConstraint("max_gpus_per_host BETWEEN 1 AND 4096", name="max_gpus_per_host_range"),

@@ -12,6 +12,7 @@ import psycopg
 from board.db.locks import lock_hosts
 from board.db.pgtext import int_array
 from board.ingest.access import HostKey
+from board.rollups.gaps import SCHEDULE_COLUMNS, GapSchedule
 
 
 @dataclass(slots=True)
@@ -26,13 +27,16 @@ class LockedHost:
     # The newest observation's tick (normalize.encode_tick), so the in-order case needs
     # no read of raw samples to credit the interval it closes.
     latest_tick: str | None
-    max_gap_us: int  # the workspace's maxSampleGapSeconds, in microseconds
+    gaps: GapSchedule  # the workspace's maxSampleGap, dated (board.rollups.gaps)
     max_gpus: int  # the workspace's maxGpusPerHost
 
 
+# Read by a statement that starts once the hosts are locked (board.reservations.store
+# locks them first in the same round trip), so a sample-gap change committed while the
+# batch waited is seen.
 _COLUMNS = (
     "h.workspace_id, h.id, h.revoked_at IS NOT NULL, h.latest_observed_at, h.latest_tick, "
-    "w.max_sample_gap_seconds, w.max_gpus_per_host"
+    f"{SCHEDULE_COLUMNS}, w.max_gpus_per_host"
 )
 _IN_KEYS = "(h.workspace_id, h.id) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))"
 
@@ -54,8 +58,22 @@ async def lock_batch_hosts(
             revoked=revoked,
             latest_observed_at=latest_at,
             latest_tick=latest_tick,
-            max_gap_us=int(gap_seconds) * 1_000_000,
+            gaps=_schedule(gap_from, gap_seconds),
             max_gpus=int(max_gpus),
         )
-        for ws, host_id, revoked, latest_at, latest_tick, gap_seconds, max_gpus in rows
+        for ws, host_id, revoked, latest_at, latest_tick, gap_from, gap_seconds, max_gpus in rows
     }
+
+
+_schedules: dict[tuple[tuple[datetime | None, ...], tuple[int, ...]], GapSchedule] = {}
+
+
+def _schedule(froms: list[datetime | None], seconds: list[int]) -> GapSchedule:
+    """One schedule object per distinct history (every batch reads it for every host)."""
+    key = (tuple(froms), tuple(seconds))
+    found = _schedules.get(key)
+    if found is None:
+        if len(_schedules) > 1024:  # bounded: histories change rarely
+            _schedules.clear()
+        found = _schedules[key] = GapSchedule.from_columns(froms, seconds)
+    return found

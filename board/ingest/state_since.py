@@ -26,6 +26,7 @@ import psycopg
 from board.ingest.hostlock import LockedHost
 from board.ingest.normalize import decode_since, decode_tick, encode_tick
 from board.rollups.crediting import GpuTick, Tick, from_us, gpu_ticks, to_us
+from board.rollups.gaps import GapSchedule
 
 # A run reaching back past the history read so far: its start is not known yet.
 RunStarts = dict[int, int | None]
@@ -41,7 +42,7 @@ def advance(
     prev: Tick | None,
     since: Mapping[int, int | None],
     ticks: Iterable[Tick],
-    max_gap_us: int,
+    gaps: GapSchedule,
     open_start: bool = False,
 ) -> RunStarts:
     """Each GPU's run start after `ticks` (in time order) follow `prev`, whose are `since`.
@@ -55,7 +56,8 @@ def advance(
             starts = {g.gpu_id: None if open_start else tick.observed_us for g in tick.gpus}
         else:
             gap = tick.observed_us - prev.observed_us
-            before = {g.gpu_id: g for g in prev.gpus} if 0 < gap <= max_gap_us else {}
+            limit = gaps.at(prev.observed_us)
+            before = {g.gpu_id: g for g in prev.gpus} if 0 < gap <= limit else {}
             following: RunStarts = {}
             for g in tick.gpus:
                 last = before.get(g.gpu_id)
@@ -94,14 +96,14 @@ async def keep_state_since(
         fresh = [t for t in ticks if latest_us is None or t.observed_us > latest_us]
         late = [t for t in ticks if latest_us is not None and t.observed_us <= latest_us]
         if latest_us is None:
-            starts = advance(None, {}, ticks, host.max_gap_us)
+            starts = advance(None, {}, ticks, host.gaps)
             kept.newest[host_id] = encode_tick(ticks[-1], _known(starts))
             continue
         if on_row is not None and host.latest_tick:
             prev = decode_tick(host_id, latest_us, host.latest_tick)
             at_latest = await _restate(conn, host, prev, on_row, late) if late else on_row
             if fresh:
-                starts = advance(prev, at_latest, fresh, host.max_gap_us)
+                starts = advance(prev, at_latest, fresh, host.gaps)
                 kept.newest[host_id] = encode_tick(fresh[-1], _known(starts))
             elif at_latest != on_row:
                 kept.restated.append((host.workspace_id, host_id, encode_tick(prev, at_latest)))
@@ -134,7 +136,7 @@ async def _restate(
     the run breaks. (A host with a month of one unbroken run made every late point
     re-read the month: seconds and hundreds of MiB per push.)
     """
-    gap = host.max_gap_us
+    gap = host.gaps.widest_us  # no late point further back can continue a run
     keys = {g.gpu_id: run_key(g) for g in prev.gpus}
     late_gpus = [(t.observed_us, {g.gpu_id: g for g in t.gpus}) for t in late]
     starts = dict(since)
@@ -179,7 +181,7 @@ async def _points_after(
                                            b.t + %s * interval '1 microsecond') r)
         FROM unnest(%s::timestamptz[]) AS b(t)
         """,
-        [host.workspace_id, host.host_id, host.max_gap_us, [from_us(p) for p in points_us]],
+        [host.workspace_id, host.host_id, host.gaps.widest_us, [from_us(p) for p in points_us]],
     )
     return {to_us(t): to_us(nxt) for t, nxt in await cur.fetchall() if nxt is not None}
 
@@ -197,7 +199,8 @@ async def _walk_back(
 ) -> dict[int, int]:
     """Each GPU's run followed back from its start `starts[gpu]` through the stored
     history and the late points, a bounded step at a time, to where it breaks."""
-    gap = host.max_gap_us
+    gaps = host.gaps
+    gap = gaps.widest_us  # a window with no point this far before a run start ends it
     cursor = dict(starts)  # the earliest point of each run followed so far
     done: dict[int, int] = {}
     hi = max(cursor.values())  # the step reads points before this, newest first
@@ -218,7 +221,8 @@ async def _walk_back(
                 if at >= earliest:
                     continue
                 mine = gpus.get(gpu_id)
-                if earliest - at <= gap and mine is not None and run_key(mine) == keys[gpu_id]:
+                continues = mine is not None and run_key(mine) == keys[gpu_id]
+                if continues and earliest - at <= gaps.at(at):
                     cursor[gpu_id] = at
                 else:
                     done[gpu_id] = cursor.pop(gpu_id)
@@ -273,7 +277,7 @@ async def _recompute(
     assert host.latest_observed_at is not None
     newest_us = max(to_us(host.latest_observed_at), batch_ticks[-1].observed_us)
     oldest = await _oldest_observation(conn, host)
-    window = max(FIRST_WINDOW, timedelta(microseconds=4 * host.max_gap_us))
+    window = max(FIRST_WINDOW, timedelta(microseconds=4 * host.gaps.widest_us))
     while True:
         low_us = newest_us - window // timedelta(microseconds=1)
         stored = await _stored_ticks(conn, host, from_us(low_us), from_us(newest_us))
@@ -283,7 +287,7 @@ async def _recompute(
         older = (oldest is not None and to_us(oldest) <= low_us) or any(
             t.observed_us <= low_us for t in batch_ticks
         )
-        starts = advance(None, {}, series, host.max_gap_us, open_start=older)
+        starts = advance(None, {}, series, host.gaps, open_start=older)
         if not older or all(at is not None for at in starts.values()):
             break
         window *= 4

@@ -312,14 +312,14 @@ async def _credit(
     for group in groups:
         after_us = to_us(group.after) if group.after is not None else None
         opener = _opener(group, stored_ticks)
-        delta.credit_insertion(opener, group.ticks, after_us, group.host.max_gap_us)
-        booked.credit_insertion(opener, group.ticks, after_us, group.host.max_gap_us)
+        delta.credit_insertion(opener, group.ticks, after_us, group.host.gaps)
+        booked.credit_insertion(opener, group.ticks, after_us, group.host.gaps)
     return delta
 
 
 def _batch_spans(observations: Sequence[Observation]) -> list[HostSpan]:
     """Per host, in lock order, its first and last new point (the bookings read widens
-    them by maxSampleGap: no interval the batch changes reaches further)."""
+    them by the widest maxSampleGap: no interval the batch changes reaches further)."""
     spans: dict[tuple[int, int], tuple[datetime, datetime]] = {}
     for o in observations:
         key = (o.workspace_id, o.host_id)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from board.rollups.crediting import HOUR_US, Tick, billed_users
+from board.rollups.gaps import GapSchedule
 
 # The sums kept per booking, GPU and hour, in the order of a ReservationDelta row.
 FIGURE_COLUMNS = ("covered_us", "used_us", "idle_held_us", "conflict_us", "unused_us")
@@ -111,23 +112,25 @@ class ReservationDelta:
                     cursor += piece
 
     def credit_insertion(
-        self, before: Tick | None, new: Sequence[Tick], after_us: int | None, max_gap_us: int
+        self, before: Tick | None, new: Sequence[Tick], after_us: int | None, gaps: GapSchedule
     ) -> None:
-        """New observations between two stored ones: before→after becomes before→new…→after."""
+        """New observations between two stored ones: before→after becomes before→new…→after
+        (each interval judged by the limit in force at its opener, as the rollups do)."""
         if not new or not self.bookings:
             return
-        if before is not None and after_us is not None:
-            self.credit(before, after_us, max_gap_us, sign=-1)
         if before is not None:
-            self.credit(before, new[0].observed_us, max_gap_us)
+            limit = gaps.at(before.observed_us)
+            if after_us is not None:
+                self.credit(before, after_us, limit, sign=-1)
+            self.credit(before, new[0].observed_us, limit)
         for opener, closer in zip(new, new[1:], strict=False):
-            self.credit(opener, closer.observed_us, max_gap_us)
+            self.credit(opener, closer.observed_us, gaps.at(opener.observed_us))
         if after_us is not None:
-            self.credit(new[-1], after_us, max_gap_us)
+            self.credit(new[-1], after_us, gaps.at(new[-1].observed_us))
 
-    def credit_series(self, ticks: Sequence[Tick], max_gap_us: int) -> None:
+    def credit_series(self, ticks: Sequence[Tick], gaps: GapSchedule) -> None:
         """A stretch of a host's history in time order (booking changes, rebuilds)."""
-        self.credit_insertion(None, ticks, None, max_gap_us)
+        self.credit_insertion(None, ticks, None, gaps)
 
     def keep_hours(self, start_us: int, end_us: int) -> None:
         """Only the hours in [start, end): the rest was replayed only to cut intervals."""

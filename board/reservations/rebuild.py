@@ -25,6 +25,7 @@ import psycopg
 from board.db.locks import lock_hosts
 from board.reservations.store import HostSpan, load_bookings, write_figures
 from board.rollups.crediting import to_us
+from board.rollups.gaps import load_schedule
 from board.rollups.rebuild import host_ticks
 
 # Only rows holding booked time: an UPDATE of a GPU-hour row fires its statement
@@ -60,9 +61,9 @@ async def rebuild_figures(
     """
     if from_.minute or from_.second or from_.microsecond or to.minute or to.second:
         raise ValueError("rebuild windows start and end on whole hours")
-    hosts = await lock_hosts(
-        conn, "h.id, w.max_sample_gap_seconds", "h.workspace_id = %s", [workspace_id]
-    )
+    hosts = await lock_hosts(conn, "h.id", "h.workspace_id = %s", [workspace_id])
+    gaps = await load_schedule(conn, workspace_id)
+    gap = timedelta(microseconds=gaps.widest_us)
     window = [workspace_id, from_, to]
     await conn.execute(
         "DELETE FROM reservation_hour_figures WHERE workspace_id = %s "
@@ -77,13 +78,12 @@ async def rebuild_figures(
     )
     booked = {int(row[0]) for row in await cur.fetchall()}
     result = FigureRebuild()
-    for host_id, gap_seconds in hosts:
+    for (host_id,) in hosts:
         if host_id not in booked:
             continue
-        gap = timedelta(seconds=int(gap_seconds))
         delta = await load_bookings(conn, [HostSpan(workspace_id, host_id, from_, to)])
         ticks = await host_ticks(conn, workspace_id, host_id, from_ - gap, to + gap)
-        delta.credit_series(ticks, int(gap_seconds) * 1_000_000)
+        delta.credit_series(ticks, gaps)
         delta.keep_hours(to_us(from_), to_us(to))
         await write_figures(conn, delta, {host_id: workspace_id})
         result.hosts += 1

@@ -26,6 +26,7 @@ from board.reservations.crediting import Booking, ReservationDelta
 from board.reservations.queries import StoredReservation
 from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
 from board.reservations.store import write_figures
+from board.rollups.gaps import GapSchedule, load_schedule
 from board.rollups.rebuild import host_ticks
 
 
@@ -35,15 +36,15 @@ def _now(now: datetime | None) -> datetime:
 
 async def _lock_host(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, host_id: int, *, bookable: bool = False
-) -> int:
-    """Lock the host (as the ingest path does); its workspace's maxSampleGap in µs.
+) -> GapSchedule:
+    """Lock the host (as the ingest path does); its workspace's maxSampleGap schedule.
 
     `bookable`: refuse a revoked host, judged under the lock (a revocation committed
     while the request waited for it counts).
     """
     rows = await lock_hosts(
         conn,
-        "w.max_sample_gap_seconds, h.revoked_at IS NOT NULL",
+        "h.id, h.revoked_at IS NOT NULL",
         "h.workspace_id = %s AND h.id = %s",
         [workspace_id, host_id],
     )
@@ -51,7 +52,7 @@ async def _lock_host(
         raise NotFound("No such host in this workspace.")
     if bookable and rows[0][1]:
         raise Conflict("That host was revoked meanwhile; it cannot be booked.")
-    return int(rows[0][0]) * 1_000_000
+    return await load_schedule(conn, workspace_id)
 
 
 async def _locked(
@@ -75,7 +76,7 @@ async def recredit(
     conn: psycopg.AsyncConnection[Any],
     workspace_id: int,
     host_id: int,
-    max_gap_us: int,
+    gaps: GapSchedule,
     changes: list[tuple[Booking, int]],
     span: tuple[datetime, datetime],
 ) -> None:
@@ -85,14 +86,14 @@ async def recredit(
     where they differ. Intervals outside it count the same under both and cancel out;
     reading max gap around it finds every interval that reaches into it.
     """
-    gap = timedelta(microseconds=max_gap_us)
+    gap = timedelta(microseconds=gaps.widest_us)
     ticks = await host_ticks(conn, workspace_id, host_id, span[0] - gap, span[1] + gap)
     if len(ticks) < 2:
         return
     delta = ReservationDelta()
     for booking, sign in changes:
         delta.add_booking(booking, sign)
-    delta.credit_series(ticks, max_gap_us)
+    delta.credit_series(ticks, gaps)
     await write_figures(conn, delta, {host_id: workspace_id})
 
 
@@ -113,7 +114,7 @@ async def create(
         if body.linux_users is not None
         else await resolve.linked_users(conn, ws, user_id)
     )
-    max_gap_us = await _lock_host(conn, ws, host_id, bookable=True)
+    gaps = await _lock_host(conn, ws, host_id, bookable=True)
     await resolve.hold_member(conn, ws, user_id)
     await resolve.refuse_overlap(conn, ws, gpu_ids, start, end)
     cur = await conn.execute(
@@ -132,7 +133,7 @@ async def create(
         conn,
         ws,
         host_id,
-        max_gap_us,
+        gaps,
         [(b, 1) for b in stored.bookings(ws, start, end)],
         (start, end),
     )
@@ -162,7 +163,7 @@ async def _move(
     """Give a stored booking a new range and credit the difference."""
     conn = await report_connection(session)
     ws = ctx.workspace_id
-    max_gap_us = await _lock_host(conn, ws, stored.host_id)
+    gaps = await _lock_host(conn, ws, stored.host_id)
     await resolve.refuse_overlap(conn, ws, stored.gpu_ids, start, end, other_than=stored.id)
     await conn.execute(
         "UPDATE reservations SET during = tstzrange(%s, %s) WHERE workspace_id = %s AND id = %s",
@@ -180,7 +181,7 @@ async def _move(
     changes = [(b, -1) for b in stored.bookings(ws, stored.start, stored.end)]
     changes += [(b, 1) for b in stored.bookings(ws, start, end)]
     span = (min(stored.start, start), max(stored.end, end))
-    await recredit(conn, ws, stored.host_id, max_gap_us, changes, span)
+    await recredit(conn, ws, stored.host_id, gaps, changes, span)
     return (await queries.get_by_id(conn, ws, stored.id)).shown
 
 
@@ -247,7 +248,7 @@ async def cancel(
     if stored.end <= now:
         raise Conflict("This booking is over already; there is nothing to cancel.")
     if stored.start > now:
-        max_gap_us = await _lock_host(conn, ctx.workspace_id, stored.host_id)
+        gaps = await _lock_host(conn, ctx.workspace_id, stored.host_id)
         # Nothing should be observed in its future range yet; were anything (a fast clock),
         # its booked GPU hours would outlive the booking, which takes only its figure rows
         # with it (ON DELETE CASCADE). Un-credited, the hours are as if never booked.
@@ -256,7 +257,7 @@ async def cancel(
             conn,
             ctx.workspace_id,
             stored.host_id,
-            max_gap_us,
+            gaps,
             changes,
             (stored.start, stored.end),
         )

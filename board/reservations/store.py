@@ -15,6 +15,7 @@ import psycopg
 from board.db.pgtext import int_array, text_array
 from board.reservations.crediting import Booking, ReservationDelta
 from board.rollups.crediting import HOUR_US, RollupDelta, to_us
+from board.rollups.gaps import WIDEST_SQL
 from board.rollups.store import upsert_rollup_delta
 
 
@@ -97,10 +98,14 @@ _LOCK_BATCH_HOSTS = """
     ORDER BY h.workspace_id, h.id FOR UPDATE OF h
 """
 # Any interval a new point opens, closes or splits is at most maxSampleGap long (a longer
-# one counts for nobody), so it lies within the batch's times widened by the gap.
+# one counts for nobody), so it lies within the batch's times widened by the widest
+# limit the workspace ever had (board.rollups.gaps).
 _BATCH_BOOKINGS = _BOOKINGS_OF_SPANS.format(
-    widen="JOIN workspaces w ON w.id = s.ws",
-    gap="make_interval(secs => w.max_sample_gap_seconds)",
+    widen=(
+        "JOIN workspaces w ON w.id = s.ws "
+        f"CROSS JOIN LATERAL (SELECT make_interval(secs => {WIDEST_SQL}) AS gap) AS wg"
+    ),
+    gap="wg.gap",
 )
 
 

@@ -16,7 +16,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from board.rollups.gaps import GapSchedule
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 HOUR_US = 3_600_000_000
@@ -172,28 +175,31 @@ class RollupDelta:
         before: Tick | None,
         new: Sequence[Tick],
         after_us: int | None,
-        max_gap_us: int,
+        gaps: GapSchedule,
     ) -> None:
         """New observations landing between two stored ones (either may be absent).
 
-        The interval before→after is replaced by before→new[0]→…→new[-1]→after.
+        The interval before→after is replaced by before→new[0]→…→new[-1]→after. Each
+        interval is judged by the limit in force at its opener (board.rollups.gaps), so
+        the one taken back is judged as it was when it was credited.
         """
         if not new:
             return
-        if before is not None and after_us is not None:
-            self.credit(before, after_us, max_gap_us, sign=-1)
         if before is not None:
-            self.credit(before, new[0].observed_us, max_gap_us)
+            limit = gaps.at(before.observed_us)
+            if after_us is not None:
+                self.credit(before, after_us, limit, sign=-1)
+            self.credit(before, new[0].observed_us, limit)
         for opener, closer in zip(new, new[1:], strict=False):
-            self.credit(opener, closer.observed_us, max_gap_us)
+            self.credit(opener, closer.observed_us, gaps.at(opener.observed_us))
         if after_us is not None:
-            self.credit(new[-1], after_us, max_gap_us)
+            self.credit(new[-1], after_us, gaps.at(new[-1].observed_us))
         for tick in new:
             self.count_samples(tick)
 
-    def credit_series(self, ticks: Sequence[Tick], max_gap_us: int) -> None:
+    def credit_series(self, ticks: Sequence[Tick], gaps: GapSchedule) -> None:
         """A host's whole history in time order (the recompute path)."""
-        self.credit_insertion(None, ticks, None, max_gap_us)
+        self.credit_insertion(None, ticks, None, gaps)
 
 
 def gpu_ticks(

@@ -3,7 +3,7 @@
 The replay feeds each host's stored observations, in time order, through the same
 RollupDelta crediting the ingest path uses, so a rebuilt hour equals the incremental
 one. The boundary observations just outside the window (the one before `from` within
-maxSampleGap, the first one at or after `to`) are read too, so intervals that cross a
+widest maxSampleGap, the first one at or after `to`) are read too, so intervals that cross a
 boundary are split exactly as ingest split them; only hours inside the window are kept.
 """
 
@@ -19,6 +19,7 @@ from board.db.locks import lock_hosts
 from board.errors import NotFound
 from board.partitions.maintenance import existing_partitions
 from board.rollups.crediting import RollupDelta, Tick, gpu_ticks, to_us
+from board.rollups.gaps import WIDEST_SQL, load_schedule
 from board.rollups.store import upsert_rollup_delta
 
 HOUR = timedelta(hours=1)
@@ -63,7 +64,8 @@ async def _bounds(
     to: datetime,
     max_gap: timedelta,
 ) -> tuple[datetime, datetime]:
-    """The replay range: the observation before `from` (within max gap), the one after `to`."""
+    """The replay range: the observation before `from` (within `max_gap`, the widest limit
+    the workspace had), the first one after `to`."""
     cur = await conn.execute(
         """
         SELECT (SELECT max(observed_at)
@@ -123,9 +125,9 @@ async def rebuild(
     """
     if from_.minute or from_.second or from_.microsecond or to.minute or to.second:
         raise ValueError("rebuild windows start and end on whole hours")
-    hosts = await lock_hosts(
-        conn, "h.id, w.max_sample_gap_seconds", "h.workspace_id = %s", [workspace_id]
-    )
+    hosts = await lock_hosts(conn, "h.id", "h.workspace_id = %s", [workspace_id])
+    gaps = await load_schedule(conn, workspace_id)
+    max_gap = timedelta(microseconds=gaps.widest_us)
     result = RebuildResult(hosts=len(hosts))
     window = {"ws": workspace_id, "from": from_, "to": to}
     # GPU hours first: their trigger zeroes the host hours, which then go too.
@@ -136,14 +138,13 @@ async def rebuild(
             window,
         )
     start_us, end_us = to_us(from_), to_us(to)
-    for host_id, gap_seconds in hosts:
-        max_gap = timedelta(seconds=gap_seconds)
+    for (host_id,) in hosts:
         lo, hi = await _bounds(conn, workspace_id, host_id, from_, to, max_gap)
         ticks = await host_ticks(conn, workspace_id, host_id, lo, hi)
         if not ticks:
             continue
         delta = RollupDelta()
-        delta.credit_series(ticks, gap_seconds * 1_000_000)
+        delta.credit_series(ticks, gaps)
         _keep_window(delta, start_us, end_us)
         await upsert_rollup_delta(conn, {host_id: workspace_id}, delta)
         result.observations += sum(1 for t in ticks if start_us <= t.observed_us < end_us)
@@ -153,20 +154,36 @@ async def rebuild(
 
 
 async def raw_span(conn: psycopg.AsyncConnection[Any], slug: str) -> RawSpan | None:
-    """What the workspace's raw samples can rebuild; None when it has none.
-
-    Nothing before the oldest raw partition is left, and an interval opened by a
-    dropped sample reaches at most max gap into it: rollups of those hours can no
-    longer be recomputed, so they are left alone. So are hours before any sample.
-    """
-    cur = await conn.execute(
-        "SELECT id, max_sample_gap_seconds FROM workspaces WHERE slug = %s", [slug]
-    )
+    """What the workspace's raw samples can rebuild; None when it has none."""
+    cur = await conn.execute("SELECT id FROM workspaces WHERE slug = %s", [slug])
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"no workspace {slug!r}")
-    ws, gap_seconds = row
-    workspace_id, max_gap = int(ws), timedelta(seconds=int(gap_seconds))
+    return await span_of(conn, int(row[0]))
+
+
+async def rebuildable_from(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int
+) -> datetime | None:
+    """The first hour whose rollups the raw samples can still recompute (None: no raw)."""
+    span = await span_of(conn, workspace_id)
+    return span.oldest if span is not None else None
+
+
+async def span_of(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> RawSpan | None:
+    """What the workspace's raw samples can rebuild; None when it has none.
+
+    Nothing before the oldest raw partition is left, and an interval opened by a
+    dropped sample reaches at most the widest max gap into it: rollups of those hours
+    can no longer be recomputed, so they are left alone. So are hours before any sample.
+    """
+    cur = await conn.execute(
+        f"SELECT {WIDEST_SQL} FROM workspaces w WHERE w.id = %s", [workspace_id]
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"no workspace {workspace_id}")
+    max_gap = timedelta(seconds=int(row[0]))
     cur = await conn.execute(
         """
         SELECT least(min(earliest), min(latest)), greatest(max(earliest), max(latest))

@@ -6,6 +6,7 @@ their camelCase aliases, in declaration order: the field order here is the wire 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from annotated_types import Ge, Le
@@ -26,6 +27,14 @@ from board.readmodels import IsoTime, ReadModel
 from board.zones import iana_zone
 
 
+class SampleGapValue(ReadModel):
+    """One dated value of maxSampleGap: in force from `from` (null: from the beginning)
+    until the next value's `from`."""
+
+    seconds: int
+    from_: IsoTime | None = Field(alias="from")
+
+
 class WorkspaceSettings(ReadModel):
     max_sample_gap_seconds: int
     stale_after_seconds: int
@@ -36,6 +45,7 @@ class WorkspaceSettings(ReadModel):
     idle_held_notice_minutes: int
     reservation_idle_notice_minutes: int
     digest_hour: int | None
+    max_sample_gap_history: list[SampleGapValue]
 
 
 def _not_null(value: object) -> object:
@@ -57,6 +67,18 @@ def _iana_zone(name: str | None) -> str | None:
 NotNull = BeforeValidator(_not_null)
 
 
+def _instant(value: object) -> object:
+    """An ISO 8601 time with its zone offset ("Z" too); a naive time is refused."""
+    if isinstance(value, str) and len(value) <= 40:
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError("not a time") from None
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValueError("not a time with a zone offset")
+    return value
+
+
 class SettingsPatch(BaseModel):
     """`PATCH …/settings` and the admin page's form: only the settings sent change.
 
@@ -67,6 +89,8 @@ class SettingsPatch(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, extra="forbid", strict=True, frozen=True)
 
     max_sample_gap_seconds: Annotated[int | None, NotNull, Field(ge=1, le=86400)] = None
+    # When that value takes effect (default: now); may be back-dated (board.rollups.gaps).
+    max_sample_gap_from: Annotated[datetime | None, NotNull, BeforeValidator(_instant)] = None
     stale_after_seconds: Annotated[int | None, NotNull, Field(ge=1, le=86400)] = None
     timezone: Annotated[str | None, NotNull, AfterValidator(_iana_zone)] = None
     retention_days: Annotated[int | None, NotNull, Field(ge=1, le=3650)] = None
@@ -83,18 +107,28 @@ class SettingsPatch(BaseModel):
         cls, data: Any, handler: ModelWrapValidatorHandler[SettingsPatch]
     ) -> SettingsPatch:
         try:
-            return handler(data)
+            patch = handler(data)
         except ValidationError as exc:
             sentence = (
                 _refusal(data, exc)
                 if isinstance(data, dict)
                 else "Input should be a valid dictionary"  # pydantic's words for a non-object
             )
+        else:
+            if patch.max_sample_gap_from is None or patch.max_sample_gap_seconds is not None:
+                return patch
+            sentence = "maxSampleGapFrom goes with maxSampleGapSeconds: it dates that value."
         raise PydanticCustomError("invalid_setting", "{sentence}", {"sentence": sentence})
 
     def changes(self) -> dict[str, object]:
-        """The settings sent, by attribute name."""
-        return self.model_dump(exclude_unset=True)
+        """The plain settings sent, by attribute name (maxSampleGap is dated: not here)."""
+        return self.model_dump(
+            exclude_unset=True, exclude={"max_sample_gap_seconds", "max_sample_gap_from"}
+        )
+
+    def audited(self) -> dict[str, object]:
+        """Every setting sent, by attribute name, as the audit log stores it (JSON)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def _refusal(sent: dict[str, Any], exc: ValidationError) -> str:
@@ -107,6 +141,8 @@ def _refusal(sent: dict[str, Any], exc: ValidationError) -> str:
     key = min((str(e["loc"][0]) for e in errors), key=order.index)
     if key == "timezone":
         return f"timezone {sent[key]!r} is not an IANA time zone."
+    if key == "maxSampleGapFrom":
+        return "maxSampleGapFrom must be a time with its zone offset, e.g. 2026-12-01T00:00:00Z."
     field = next(f for f in SettingsPatch.model_fields.values() if f.alias == key)
     low = next(m.ge for m in field.metadata if isinstance(m, Ge))
     high = next(m.le for m in field.metadata if isinstance(m, Le))

@@ -16,12 +16,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.auth import passwords, tokens
 from board.auth.emails import mailable, plausible_email
 from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
+from board.db.connection import report_connection
 from board.errors import Conflict, Forbidden, NotFound, Unprocessable
+from board.workspaces.sample_gap import change_sample_gap
 from board.workspaces.schemas import (
     AddedMember,
     ApiTokenOut,
     Member,
     MembershipTokens,
+    SampleGapValue,
     SettingsPatch,
     WorkspaceSettings,
 )
@@ -355,7 +358,23 @@ async def find_user(session: AsyncSession, email: str) -> User | None:
 
 
 def settings_of(workspace: Workspace) -> WorkspaceSettings:
-    return WorkspaceSettings.model_validate(workspace)
+    history = [
+        SampleGapValue(seconds=seconds, from_=start)
+        for start, seconds in zip(
+            workspace.sample_gap_from, workspace.sample_gap_seconds, strict=True
+        )
+    ]
+    return WorkspaceSettings.model_validate(
+        {
+            **{name: getattr(workspace, name) for name in _PLAIN_SETTINGS},
+            "max_sample_gap_history": history,
+        }
+    )
+
+
+_PLAIN_SETTINGS = [
+    name for name in WorkspaceSettings.model_fields if name != "max_sample_gap_history"
+]
 
 
 def parse_settings(changes: dict[str, object]) -> SettingsPatch:
@@ -366,7 +385,24 @@ def parse_settings(changes: dict[str, object]) -> SettingsPatch:
         raise Unprocessable(exc.errors()[0]["msg"]) from None
 
 
-def update_settings(workspace: Workspace, patch: SettingsPatch) -> None:
-    """Applies a patch validated whole beforehand, so nothing is ever half-applied."""
+async def update_settings(
+    session: AsyncSession, workspace: Workspace, patch: SettingsPatch, now: datetime | None = None
+) -> None:
+    """Applies a patch validated whole beforehand, so nothing is ever half-applied.
+
+    A new maxSampleGap is dated and re-judges what it covers (board.workspaces.sample_gap);
+    it goes first, as it locks the workspace's hosts before its row.
+    """
+    if patch.max_sample_gap_seconds is not None:
+        conn = await report_connection(session)
+        await change_sample_gap(
+            conn,
+            workspace.id,
+            patch.max_sample_gap_seconds,
+            patch.max_sample_gap_from,
+            now if now is not None else datetime.now(UTC),
+        )
     for name, value in patch.changes().items():
         setattr(workspace, name, value)
+    await session.flush()
+    await session.refresh(workspace)

@@ -53,7 +53,11 @@ async def build_fleet(client: httpx.AsyncClient, tenant: Tenant) -> datetime:
     """The fleet above in tenant's workspace; returns D."""
     r = await client.patch(
         f"/api/v1/workspaces/{tenant.slug}/settings",
-        json={"maxSampleGapSeconds": 86400, "timezone": "Africa/Lagos"},
+        json={
+            "maxSampleGapSeconds": 86400,
+            "maxSampleGapFrom": "2000-01-01T00:00:00Z",  # before the fleet's history
+            "timezone": "Africa/Lagos",
+        },
         headers=tenant.auth(),
     )
     assert r.status_code == 200, r.text

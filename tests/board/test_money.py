@@ -445,7 +445,11 @@ async def _unpriced_fleet(client: Any, tenant: Any) -> datetime:
     """build_fleet's hours (alice on the A100, bob idle-holding the H100), no prices."""
     r = await client.patch(
         f"/api/v1/workspaces/{tenant.slug}/settings",
-        json={"maxSampleGapSeconds": 86400, "timezone": "Africa/Lagos"},
+        json={
+            "maxSampleGapSeconds": 86400,
+            "maxSampleGapFrom": "2000-01-01T00:00:00Z",  # before the fleet's history
+            "timezone": "Africa/Lagos",
+        },
         headers=tenant.auth(),
     )
     assert r.status_code == 200, r.text

@@ -89,11 +89,19 @@ async def quick_tenant(app: Any, prefix: str = "rep") -> Tenant:
     return Tenant(slug, tokens["admin"], tokens["member"], tokens["finance"])
 
 
-async def set_max_gap(client: httpx.AsyncClient, tenant: Tenant, seconds: int) -> None:
+# Before any scenario's history: a value dated then judges all of it.
+SINCE_EVER = "2000-01-01T00:00:00Z"
+
+
+async def set_max_gap(
+    client: httpx.AsyncClient, tenant: Tenant, seconds: int, since: str | None = SINCE_EVER
+) -> None:
+    """maxSampleGapSeconds from `since` (None: from now, as a plain change is)."""
+    body: dict[str, object] = {"maxSampleGapSeconds": seconds}
+    if since is not None:
+        body["maxSampleGapFrom"] = since
     r = await client.patch(
-        f"/api/v1/workspaces/{tenant.slug}/settings",
-        json={"maxSampleGapSeconds": seconds},
-        headers=tenant.auth(),
+        f"/api/v1/workspaces/{tenant.slug}/settings", json=body, headers=tenant.auth()
     )
     assert r.status_code == 200, r.text
 

@@ -120,7 +120,10 @@ async def test_settings_validation(app, client) -> None:
         headers=acme.auth(),
     )
     assert good.status_code == 200
-    assert good.json() == {
+    history = good.json().pop("maxSampleGapHistory")
+    assert [value["seconds"] for value in history] == [120, 600]
+    assert history[0]["from"] is None  # the first value holds from the beginning
+    assert {k: v for k, v in good.json().items() if k != "maxSampleGapHistory"} == {
         "maxSampleGapSeconds": 600,
         "staleAfterSeconds": 90,
         "timezone": "Europe/Berlin",

@@ -57,7 +57,9 @@ async def held_hours(
     held busy by its user on a GPU of its own."""
     host = await enroll(client, tenant, f"node-{tenant.slug}")
     r = await client.patch(
-        f"{base(tenant)}/settings", json={"maxSampleGapSeconds": 86400}, headers=tenant.auth()
+        f"{base(tenant)}/settings",
+        json={"maxSampleGapSeconds": 86400, "maxSampleGapFrom": "2000-01-01T00:00:00Z"},
+        headers=tenant.auth(),
     )
     assert r.status_code == 200, r.text
     for step in range(3):
@@ -725,7 +727,7 @@ def big(board: Board) -> SeedTenant:
             c,
             "PATCH",
             f"/api/v1/workspaces/{tenant.slug}/settings",
-            json={"maxSampleGapSeconds": 86400},
+            json={"maxSampleGapSeconds": 86400, "maxSampleGapFrom": "2000-01-01T00:00:00Z"},
         )
         assert reply.status_code == 200, reply
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)

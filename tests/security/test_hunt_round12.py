@@ -1,21 +1,17 @@
 """Round 12 of the hunt: accounting integrity under a hostile or broken agent, and what one
 workspace can cost another.
 
-The test asserts the behaviour the board must keep; the defect it names is not fixed yet,
-so it is marked a strict xfail (it will fail the suite once the fix lands, to be unmarked):
-
-- Still: an observation landing between two stored ones after the workspace's
-  `maxSampleGapSeconds` had changed un-credited the old interval under the *new* limit,
-  while it had been credited under the old one. Raised (120 s -> 900 s, as
-  accounting.md tells an operator of 5-minute agents to do) and a spooled point
-  replayed into a 10-minute stretch that had been a gap: the board took back 600 s it
-  had never credited, and alice's held GPU-hours came out negative (-0.116667 h in the
-  usage report; the GPU's covered time 0 for 10 observed minutes). Lowered
-  (900 s -> 300 s) and a late point replayed into a 10-minute interval credited under
-  900 s: nothing was taken back (600 s is now "a gap"), the two halves were credited on
-  top, and the GPU was covered 0.333333 h in a 10-minute stretch. The same re-split
-  reaches the reservation figures (board.reservations.crediting), which cut intervals
-  with the same limit.
+Fixed since (dated maxSampleGap, docs/accounting.md): an observation landing between two
+stored ones after the workspace's `maxSampleGapSeconds` had changed un-credited the old
+interval under the *new* limit, while it had been credited under the old one. Raised
+(120 s -> 900 s, as an operator of 5-minute agents would) and a spooled point replayed
+into a 10-minute stretch that had been a gap: the board took back 600 s it had never
+credited, and alice's held GPU-hours came out negative (-0.116667 h in the usage
+report). Lowered (900 s -> 300 s) and a late point replayed into a 10-minute interval
+credited under 900 s: nothing was taken back, the two halves were credited on top, and
+the GPU was covered 0.333333 h in a 10-minute stretch. Now each interval is judged by the
+value in force at its opening observation, so the split halves of an interval opened
+before the change are judged as the whole was.
 
 Attacks that held (no test): the same GPU UUIDs on two hosts of one workspace and of
 two workspaces, UUIDs appearing and vanishing between pushes, a GPU index reused by
@@ -35,7 +31,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import (
@@ -67,12 +62,6 @@ async def _figures(
     return held, covered
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, not fixed yet: the take-back of a split interval uses the limit in "
-    "force now, not the one it was credited under (docs/accounting.md; `rollups rebuild` "
-    "puts the hour right)",
-)
 async def test_a_late_point_after_a_gap_change_never_gives_negative_or_doubled_hours(
     app: Any, client: httpx.AsyncClient
 ) -> None:
@@ -86,7 +75,7 @@ async def test_a_late_point_after_a_gap_change_never_gives_negative_or_doubled_h
     for minutes in (0, 10):
         r = await push(client, agent, observation(hour + minutes * MINUTE, _held_by("alice")))
         assert r.status_code == 202, r.text
-    await set_max_gap(client, raised, 900)
+    await set_max_gap(client, raised, 900, since=None)  # from now: after those points
     r = await push(client, agent, observation(hour + 3 * MINUTE, _held_by("bob")))
     assert r.status_code == 202, r.text
     held, covered = await _figures(client, raised, hour)
@@ -107,14 +96,16 @@ async def test_a_late_point_after_a_gap_change_never_gives_negative_or_doubled_h
     for minutes in (0, 10):
         r = await push(client, agent, observation(hour + minutes * MINUTE, _held_by("alice")))
         assert r.status_code == 202, r.text
-    await set_max_gap(client, lowered, 300)
+    await set_max_gap(client, lowered, 300, since=None)
     r = await push(client, agent, observation(hour + 5 * MINUTE, _held_by("alice")))
     assert r.status_code == 202, r.text
     held, covered = await _figures(client, lowered, hour)
     ten_minutes = 10 / 60
-    if covered > ten_minutes + 1e-6 or held.get("alice", 0.0) > ten_minutes + 1e-6:
+    # Both halves were opened under 900 s (10:00 and 10:05 are before the change): the
+    # ten minutes stay covered exactly once.
+    if abs(covered - ten_minutes) > 1e-6 or abs(held.get("alice", 0.0) - ten_minutes) > 1e-6:
         problems.append(
             f"maxSampleGap lowered, then a late point: GPU-0 covered {covered} h and alice "
-            f"held {held.get('alice')} h of one GPU in 10 minutes (at most {ten_minutes:.6f})"
+            f"held {held.get('alice')} h of one GPU in 10 minutes (exactly {ten_minutes:.6f})"
         )
     assert not problems, "\n".join(problems)

@@ -46,7 +46,11 @@ async def test_a_renamed_gpu_does_not_reprice_its_past_hours(
     tenant = await quick_tenant(app, "rename")
     r = await client.patch(
         f"/api/v1/workspaces/{tenant.slug}/settings",
-        json={"maxSampleGapSeconds": 86400, "timezone": "Africa/Lagos"},
+        json={
+            "maxSampleGapSeconds": 86400,
+            "maxSampleGapFrom": "2000-01-01T00:00:00Z",  # before the history pushed
+            "timezone": "Africa/Lagos",
+        },
         headers=tenant.auth(),
     )
     assert r.status_code == 200, r.text

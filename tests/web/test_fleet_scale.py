@@ -75,7 +75,10 @@ ZED_HOST = 123
 async def fleet(app: Any, client: Any) -> dict[str, Any]:
     tenant = await make_tenant(app, "acme")
     # One push every 3 h 10 min would be a gap: this workspace tolerates a day.
-    await execute(app, "UPDATE workspaces SET max_sample_gap_seconds = 86400")
+    await execute(
+        app,
+        "UPDATE workspaces SET max_sample_gap_seconds = 86400, sample_gap_seconds = '{86400}'",
+    )
     now = datetime.now(UTC)
     start = now.replace(second=0, microsecond=0) - timedelta(hours=3, minutes=10)
     gate = asyncio.Semaphore(16)

@@ -1,0 +1,277 @@
+"""maxSampleGap is dated: each value holds from its `from` until the next one, and an
+interval is judged by the value in force at its opening observation.
+
+The scenario (alice holds GPU-0 of one host, booked for her 10:00–11:00 yesterday):
+observations at 10:00, 10:01, 10:02, 10:10, 10:11, 10:12, 10:30, 10:31. Under the
+default 120 s, the 8- and 18-minute intervals are gaps: 5 minutes covered. A value of
+1,200 s back-dated to 10:05 re-judges only what opens at or after 10:05, so 10:12→10:30
+is credited (23 minutes) while 10:02→10:10, opened before, stays a gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from board.cli.rollups import rebuild_command
+from board.db.urls import libpq_url
+from board.ingest.state_since import advance
+from board.reservations.figures import figure_rows
+from board.rollups.crediting import GpuTick, Tick, to_us
+from board.rollups.gaps import GapSchedule
+from tests.board.builders import Tenant, enroll, push
+from tests.board.reservation_builders import MINUTE, book_at, reservation_report
+from tests.board.test_reports_builders import (
+    day_rollups_mismatch,
+    days_ago_midnight,
+    gpu,
+    observation,
+    proc,
+    quick_tenant,
+    report,
+    rollup_rows,
+    workspace_id,
+)
+
+SETTINGS = "/api/v1/workspaces/{slug}/settings"
+POINTS = (0, 1, 2, 10, 11, 12, 30, 31)  # minutes after 10:00
+
+
+def _alice() -> list[dict[str, Any]]:
+    return [gpu(0, util=90, state="active", procs=[proc("alice")])]
+
+
+async def _scenario(app: Any, client: httpx.AsyncClient) -> tuple[Tenant, str, datetime]:
+    tenant = await quick_tenant(app, "gap")
+    host = await enroll(client, tenant, "node-gap")
+    ten = days_ago_midnight(1) + timedelta(hours=10)
+    # An hour earlier, so the host has a GPU to book (then a gap: nothing is covered).
+    r = await push(client, host["agentToken"], observation(ten - 60 * MINUTE, _alice()))
+    assert r.status_code == 202, r.text
+    await book_at(
+        app,
+        tenant,
+        ten - MINUTE,
+        hostId=host["hostId"],
+        start=ten.isoformat(),
+        end=(ten + timedelta(hours=1)).isoformat(),
+        linuxUsers=["alice"],
+    )
+    for minutes in POINTS:
+        r = await push(client, host["agentToken"], observation(ten + minutes * MINUTE, _alice()))
+        assert r.status_code == 202, r.text
+    return tenant, host["agentToken"], ten
+
+
+async def _change(
+    client: httpx.AsyncClient, tenant: Tenant, body: dict[str, Any]
+) -> httpx.Response:
+    return await client.patch(SETTINGS.format(slug=tenant.slug), json=body, headers=tenant.auth())
+
+
+async def _minutes(client: httpx.AsyncClient, tenant: Tenant, ten: datetime) -> dict[str, float]:
+    """Covered, alice's held, and the booking's covered minutes in 10:00–11:00."""
+    window = {"from": ten.isoformat(), "to": (ten + timedelta(hours=1)).isoformat()}
+    util = await report(client, tenant, "utilization", **window, groupBy="gpu")
+    usage = await report(client, tenant, "usage", **window, groupBy="user")
+    booked = await reservation_report(client, tenant, **window)
+    held = {row["user"]: float(row["heldGpuHours"]) for row in usage["rows"]}
+    return {
+        "covered": round(sum(float(r["coveredHours"]) for r in util["rows"]) * 60, 2),
+        "alice": round(held.get("alice", 0.0) * 60, 2),
+        "booked": round(sum(float(r["coveredGpuHours"]) for r in booked["rows"]) * 60, 2),
+    }
+
+
+async def _equals_a_rebuild(app: Any, tenant: Tenant, settings: Any) -> None:
+    """The rollups and reservation figures ingest and the change wrote are what a rebuild
+    from raw writes (and the day rows agree with the hours)."""
+    url = libpq_url(app.state.runtime.database_url)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        ws = await workspace_id(conn, tenant.slug)
+        far = datetime.now(UTC) - timedelta(days=7)
+        written = await rollup_rows(conn, ws), await figure_rows(conn, ws, far, far + 14 * DAY)
+        args = argparse.Namespace(workspace=tenant.slug, from_=None, to=None)
+        assert await asyncio.to_thread(rebuild_command, args, settings) == 0
+        rebuilt = await rollup_rows(conn, ws), await figure_rows(conn, ws, far, far + 14 * DAY)
+        assert rebuilt == written
+        assert await day_rollups_mismatch(conn, ws) == []
+
+
+DAY = timedelta(days=1)
+
+
+async def test_a_back_dated_change_re_credits_exactly_what_it_covers(app, client, settings) -> None:
+    tenant, agent, ten = await _scenario(app, client)
+    assert await _minutes(client, tenant, ten) == {"covered": 5, "alice": 5, "booked": 5}
+
+    r = await _change(
+        client,
+        tenant,
+        {"maxSampleGapSeconds": 1200, "maxSampleGapFrom": (ten + 5 * MINUTE).isoformat()},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["maxSampleGapSeconds"] == 1200
+    assert r.json()["maxSampleGapHistory"] == [
+        {"seconds": 120, "from": None},
+        {"seconds": 1200, "from": (ten + 5 * MINUTE).isoformat()},
+    ]
+    # 10:12→10:30 (opened after 10:05) is credited; 10:02→10:10 (opened before) is not.
+    assert await _minutes(client, tenant, ten) == {"covered": 23, "alice": 23, "booked": 23}
+    await _equals_a_rebuild(app, tenant, settings)
+
+    # A late point at 10:06 splits the old gap: 10:02→10:06 is still judged by 120 s (a
+    # gap), 10:06→10:10 by 1,200 s (4 minutes).
+    r = await push(client, agent, observation(ten + 6 * MINUTE, _alice()))
+    assert r.status_code == 202, r.text
+    assert await _minutes(client, tenant, ten) == {"covered": 27, "alice": 27, "booked": 27}
+    await _equals_a_rebuild(app, tenant, settings)
+
+
+async def test_a_change_from_now_never_re_judges_older_intervals(app, client, settings) -> None:
+    """Lowered to 30 s now: yesterday's 1-minute intervals stay, and so does a late point's
+    split of an interval opened before the change (both halves judged by 120 s)."""
+    tenant, agent, ten = await _scenario(app, client)
+    r = await _change(client, tenant, {"maxSampleGapSeconds": 30})
+    assert r.status_code == 200, r.text
+    assert await _minutes(client, tenant, ten) == {"covered": 5, "alice": 5, "booked": 5}
+    # 10:30→10:31 credited under 120 s splits into two halves, each under 120 s.
+    r = await push(client, agent, observation(ten + timedelta(minutes=30, seconds=40), _alice()))
+    assert r.status_code == 202, r.text
+    assert await _minutes(client, tenant, ten) == {"covered": 5, "alice": 5, "booked": 5}
+    await _equals_a_rebuild(app, tenant, settings)
+
+
+async def test_a_correction_of_the_last_change_replaces_it(app, client) -> None:
+    tenant, _, ten = await _scenario(app, client)
+    at = (ten + 5 * MINUTE).isoformat()
+    for seconds in (1200, 600):  # a typo, then its correction at the same instant
+        r = await _change(client, tenant, {"maxSampleGapSeconds": seconds, "maxSampleGapFrom": at})
+        assert r.status_code == 200, r.text
+    assert r.json()["maxSampleGapHistory"] == [
+        {"seconds": 120, "from": None},
+        {"seconds": 600, "from": at},
+    ]
+    # Under 600 s from 10:05: 10:10→10:12 and 10:30→10:31 only (10:12→10:30 is 18 min).
+    assert await _minutes(client, tenant, ten) == {"covered": 5, "alice": 5, "booked": 5}
+    # The same value again changes nothing, and adds no entry.
+    r = await _change(client, tenant, {"maxSampleGapSeconds": 600})
+    assert len(r.json()["maxSampleGapHistory"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "sentence"),
+    [
+        ({"maxSampleGapFrom": "2026-01-01T00:00:00Z"}, 422, "goes with maxSampleGapSeconds"),
+        (
+            {"maxSampleGapSeconds": 300, "maxSampleGapFrom": "2026-01-01T00:00:00"},
+            422,
+            "zone offset",
+        ),
+        ({"maxSampleGapSeconds": 300, "maxSampleGapFrom": "yesterday"}, 422, "zone offset"),
+        ({"maxSampleGapSeconds": 300, "maxSampleGapFrom": 1700000000}, 422, "zone offset"),
+        ({"maxSampleGapSeconds": 300, "maxSampleGapFrom": "9" * 5000}, 422, "zone offset"),
+        ({"maxSampleGapSeconds": 300, "maxSampleGapFrom": None}, 422, "zone offset"),
+        (
+            {"maxSampleGapSeconds": 300, "maxSampleGapFrom": "2999-01-01T00:00:00Z"},
+            422,
+            "must not be in the future",
+        ),
+    ],
+)
+async def test_refusals_say_what_is_wrong_and_change_nothing(
+    app, client, body: dict[str, Any], status: int, sentence: str
+) -> None:
+    tenant = await quick_tenant(app, "gaprefuse")
+    r = await _change(client, tenant, body)
+    assert r.status_code == status, r.text
+    assert isinstance(r.json()["detail"], str)
+    assert sentence in r.json()["detail"]
+    got = (await client.get(SETTINGS.format(slug=tenant.slug), headers=tenant.auth())).json()
+    assert got["maxSampleGapHistory"] == [{"seconds": 120, "from": None}]
+
+
+async def test_a_change_dated_before_the_last_one_supersedes_it(app, client) -> None:
+    """Changed today, meant since 10:00 yesterday: made again from then, it replaces the
+    value dated later (a value holds from its `from` on)."""
+    tenant, _, ten = await _scenario(app, client)
+    r = await _change(client, tenant, {"maxSampleGapSeconds": 1200})
+    assert r.status_code == 200, r.text
+    assert await _minutes(client, tenant, ten) == {"covered": 5, "alice": 5, "booked": 5}
+    r = await _change(
+        client, tenant, {"maxSampleGapSeconds": 1200, "maxSampleGapFrom": ten.isoformat()}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["maxSampleGapHistory"] == [
+        {"seconds": 120, "from": None},
+        {"seconds": 1200, "from": ten.isoformat()},
+    ]
+    # 10:02→10:10 and 10:12→10:30 are credited now: all 31 minutes.
+    assert await _minutes(client, tenant, ten) == {"covered": 31, "alice": 31, "booked": 31}
+
+
+async def test_no_change_dated_into_hours_whose_raw_samples_are_gone(app, client) -> None:
+    tenant, _, ten = await _scenario(app, client)
+    r = await _change(
+        client, tenant, {"maxSampleGapSeconds": 600, "maxSampleGapFrom": ten.isoformat()}
+    )
+    assert r.status_code == 200, r.text
+    # Raw samples gone (as retention drops them) while the rollups stay: a change can no
+    # longer be dated back into those hours, since they could not be re-judged.
+    url = libpq_url(app.state.runtime.database_url)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        ws = await workspace_id(conn, tenant.slug)
+        await conn.execute("DELETE FROM host_observations WHERE workspace_id = %s", [ws])
+    later = (ten + 2 * MINUTE).isoformat()
+    r = await _change(client, tenant, {"maxSampleGapSeconds": 900, "maxSampleGapFrom": later})
+    assert r.status_code == 409, r.text
+    assert "raw samples are gone" in r.json()["detail"]
+    got = (await client.get(SETTINGS.format(slug=tenant.slug), headers=tenant.auth())).json()
+    assert [v["seconds"] for v in got["maxSampleGapHistory"]] == [120, 600]
+
+
+async def test_the_change_is_audited_with_its_date(app, client) -> None:
+    tenant = await quick_tenant(app, "gapaudit")
+    at = "2026-11-01T00:00:00+00:00"
+    r = await _change(client, tenant, {"maxSampleGapSeconds": 300, "maxSampleGapFrom": at})
+    assert r.status_code == 200, r.text
+    audit = await client.get(f"/api/v1/workspaces/{tenant.slug}/audit-log", headers=tenant.auth())
+    assert audit.status_code == 200, audit.text
+    entry = next(e for e in audit.json()["events"] if e["action"] == "settings.changed")
+    assert entry["detail"] == {
+        "max_sample_gap_seconds": 300,
+        "max_sample_gap_from": "2026-11-01T00:00:00Z",
+    }
+
+
+def test_the_schedule_judges_by_the_opening_instant() -> None:
+    change = datetime(2026, 12, 1, tzinfo=UTC)
+    gaps = GapSchedule.from_columns([None, change], [120, 900])
+    assert gaps.at(to_us(change) - 1) == 120_000_000
+    assert gaps.at(to_us(change)) == 900_000_000  # the change's own instant is the new value
+    assert gaps.widest_us == 900_000_000
+    assert gaps.current_seconds == 900
+    assert GapSchedule.constant(120).at(0) == 120_000_000
+    with pytest.raises(ValueError, match="one `from` per value"):
+        GapSchedule.from_columns([None], [120, 300])
+    with pytest.raises(ValueError, match="only the first"):
+        GapSchedule.from_columns([None, None], [120, 300])
+
+
+def test_a_run_is_broken_by_the_limit_at_its_opener() -> None:
+    """stateSince: 200 s between two identical points continues a run only when the value
+    in force at the first of them allows 200 s."""
+    held = (GpuTick(1, "active", 90, 1, 2, ("alice",)),)
+    change = datetime(2026, 12, 1, tzinfo=UTC)
+    first, second = to_us(change) - 100_000_000, to_us(change) + 100_000_000
+    ticks = [Tick(7, first, held), Tick(7, second, held)]
+    before_change = GapSchedule.from_columns([None, change], [120, 300])
+    assert advance(None, {}, ticks, before_change) == {1: second}  # judged by 120 s
+    opened_under = GapSchedule.from_columns([None, change - timedelta(seconds=200)], [120, 300])
+    assert advance(None, {}, ticks, opened_under) == {1: first}  # judged by 300 s
