@@ -82,18 +82,26 @@ async def take_pending(
 
 async def account_for(db: AsyncSession, provider: OidcProvider, identity: oidc.Identity) -> User:
     """The person the provider vouches for: an account with that email, or a new one when
-    the email's domain is allowed and a workspace to join is configured."""
+    a workspace to join is configured; either only for an email domain the provider
+    speaks for (allowed_domains), or for any existing account with allow_any_domain."""
     email = identity.email
     if email is None or not plausible_email(email):
         raise SsoFailed(f"{provider.display_name} did not share an email address.")
     if identity.email_verified is False:
         raise SsoFailed(f"{provider.display_name} says {email} is not verified.")
+    # Accounts are found by email alone (no issuer and subject is kept), so the domain
+    # is the whole of what ties a provider to the accounts it may sign in.
+    domain = email.rsplit("@", 1)[1]
+    listed = domain in provider.allowed_domains
+    if not listed and not provider.allow_any_domain:
+        raise SsoFailed(
+            f"{provider.display_name} does not sign in accounts of {domain} on this board. "
+            "Sign in another way, or ask an admin."
+        )
     user = await find_user(db, email)
     if user is not None:
         return user
-    domain = email.rsplit("@", 1)[1]
-    allowed = {d.strip().lower().lstrip("@") for d in provider.allowed_domains}
-    if provider.join_workspace is None or domain not in allowed:
+    if provider.join_workspace is None or not listed:
         raise SsoFailed(f"There is no account for {email} on this board. Ask an admin to add you.")
     workspace = await _workspace(db, provider.join_workspace)
     user = User(email=email, password_hash=None)
