@@ -136,6 +136,11 @@ class Settings(BaseSettings):
     # Single sign-on (board.sso): a JSON list of OidcProvider objects, e.g.
     # GUA_BOARD_SSO_PROVIDERS='[{"name": "okta", "display_name": "Okta", ...}]'.
     sso_providers: list[OidcProvider] = Field(default_factory=list, max_length=20)
+    # A started sign-in is kept 10 minutes, until its callback: at most this many not yet
+    # finished per client address (an IPv6 /64 is one client), and in all; beyond, a
+    # start answers 429 with Retry-After.
+    sso_max_pending_per_address: int = Field(default=20, ge=1, le=10_000)
+    sso_max_pending: int = Field(default=10_000, ge=1, le=1_000_000)
     # false: no password form, and POST /signin is refused (sign in with a provider).
     password_signin: bool = True
     # The live utilization stream (board.stream): how much recent history each process keeps.
