@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -14,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.requests import HTTPConnection
 
 _WEAK_SECRETS = {"changeme", "secret", "password", "dev", "test", "insecure"}
+# A domain name as an email's domain part: dot-separated labels, no wildcard.
+_DOMAIN = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*")
 
 
 class OidcProvider(BaseModel):
@@ -28,11 +31,36 @@ class OidcProvider(BaseModel):
     issuer: str = Field(pattern=r"^https?://[^\s]+$", max_length=500)
     client_id: str = Field(min_length=1, max_length=500)
     client_secret: SecretStr
-    # Optional: a verified email of one of these domains with no account yet gets one,
-    # and joins join_workspace with join_role. Empty: only existing accounts sign in.
+    # The email domains this provider speaks for: it signs in the accounts of these
+    # domains only (existing ones included), and, with join_workspace, a verified email
+    # of one of them with no account yet gets one and joins it with join_role.
     allowed_domains: list[str] = Field(default_factory=list, max_length=50)
+    # The operator's explicit word that the provider speaks for every existing account,
+    # whatever its domain (one provider for the whole board); new people still join
+    # only from allowed_domains. Neither set: refused at start-up, never "all".
+    allow_any_domain: bool = False
     join_workspace: str | None = None
     join_role: Literal["admin", "member", "finance"] = "member"
+
+    @field_validator("allowed_domains")
+    @classmethod
+    def _domains(cls, value: list[str]) -> list[str]:
+        """Lower case, without a leading "@"; exact names only (no wildcards, no paths)."""
+        domains = [d.strip().lstrip("@").lower() for d in value]
+        for domain in domains:
+            if not _DOMAIN.fullmatch(domain):
+                raise ValueError(f"allowed_domains: {domain[:80]!r} is not a domain name")
+        return domains
+
+    @model_validator(mode="after")
+    def _speaks_for_someone(self) -> OidcProvider:
+        if not self.allowed_domains and not self.allow_any_domain:
+            raise ValueError(
+                f"provider {self.name!r} lists no allowed_domains: list the email domains "
+                "it speaks for, or set allow_any_domain to true to let it sign in every "
+                "account of the board"
+            )
+        return self
 
 
 class Settings(BaseSettings):
@@ -108,6 +136,11 @@ class Settings(BaseSettings):
     # Single sign-on (board.sso): a JSON list of OidcProvider objects, e.g.
     # GUA_BOARD_SSO_PROVIDERS='[{"name": "okta", "display_name": "Okta", ...}]'.
     sso_providers: list[OidcProvider] = Field(default_factory=list, max_length=20)
+    # A started sign-in is kept 10 minutes, until its callback: at most this many not yet
+    # finished per client address (an IPv6 /64 is one client), and in all; beyond, a
+    # start answers 429 with Retry-After.
+    sso_max_pending_per_address: int = Field(default=20, ge=1, le=10_000)
+    sso_max_pending: int = Field(default=10_000, ge=1, le=1_000_000)
     # false: no password form, and POST /signin is refused (sign in with a provider).
     password_signin: bool = True
     # The live utilization stream (board.stream): how much recent history each process keeps.

@@ -2,17 +2,21 @@
 browser), and the account the provider's verified email belongs to.
 
 The pages (board/web/sso_routes.py) hold the cookies and the web session; this module
-holds the rules.
+holds the rules. Starts are anonymous, so the pending logins are bounded per client and
+in all (PendingLimits).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import ipaddress
+import math
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.audit.service import record_event
@@ -36,19 +40,62 @@ class Begun:
     browser_secret: str  # for a cookie of this browser only
 
 
+@dataclass(frozen=True)
+class PendingLimits:
+    """Sign-ins started and not finished: at most per_client of one client, in_all in all."""
+
+    per_client: int
+    in_all: int
+
+
+class TooManyStarts(Exception):
+    """No room for another pending sign-in; the sentence is shown, Retry-After is retry_after."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def client_key(address: str) -> bytes:
+    """The digest of the client an address belongs to: an IPv6 address's /64 (one host
+    is given a whole /64, and could start from each of its addresses), else the address."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        client = address
+    else:
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            client = str(ip.ipv4_mapped)
+        elif isinstance(ip, ipaddress.IPv6Address):
+            client = str(ipaddress.IPv6Network((ip.packed[:8] + bytes(8), 64)))
+        else:
+            client = str(ip)
+    return hashlib.sha256(f"sso-client\x00{client}".encode()).digest()
+
+
 async def begin(
-    db: AsyncSession, provider: OidcProvider, redirect_uri: str, next_path: str
+    db: AsyncSession,
+    provider: OidcProvider,
+    redirect_uri: str,
+    next_path: str,
+    client: bytes,
+    limits: PendingLimits,
 ) -> Begun:
-    """A new pending login, kept (hashed) until the callback or PENDING_SECONDS."""
+    """A new pending login, kept (hashed) until the callback or PENDING_SECONDS, when the
+    client and the board have room for one (else TooManyStarts)."""
+    # The provider first (its discovery document, cached): no database connection or lock
+    # is held while a slow provider answers.
     started = await oidc.start(provider, redirect_uri)
     now = datetime.now(UTC)
     # Abandoned logins go as new ones start: the table stays small without a schedule.
     await db.execute(delete(SsoLogin).where(SsoLogin.expires_at <= now))
+    await _make_room(db, client, limits, now)
     browser_secret = secrets.token_urlsafe(32)
     db.add(
         SsoLogin(
             state_hash=tokens.digest(started.state),
             browser_hash=tokens.digest(browser_secret),
+            client_hash=client,
             provider=provider.name,
             nonce=started.nonce,
             code_verifier=started.code_verifier,
@@ -58,6 +105,36 @@ async def begin(
     )
     await db.flush()
     return Begun(url=started.url, browser_secret=browser_secret)
+
+
+async def _make_room(db: AsyncSession, client: bytes, limits: PendingLimits, now: datetime) -> None:
+    """Refuse a start past either bound; the answer says when the oldest pending one ends.
+
+    One client's starts take turns (a lock on its key until the request commits), so
+    concurrent ones, in any board process, cannot all count below its bound. The bound in
+    all guards the table's size, not an exact count: starts of different clients at the
+    same moment may pass it by as many as run at once."""
+    lock_id = int.from_bytes(client[:8], "big", signed=True)
+    await db.execute(select(func.pg_advisory_xact_lock(lock_id)))
+    live = SsoLogin.expires_at > now
+    bounds = (
+        (SsoLogin.client_hash == client, limits.per_client, _TOO_MANY_HERE),
+        (true(), limits.in_all, _TOO_MANY_IN_ALL),
+    )
+    for which, bound, message in bounds:
+        count, oldest = (
+            await db.execute(select(func.count(), func.min(SsoLogin.expires_at)).where(live, which))
+        ).one()
+        if count >= bound:
+            retry = max(1, math.ceil((oldest - now).total_seconds())) if oldest else 1
+            raise TooManyStarts(message.format(minutes=max(1, round(retry / 60))), retry)
+
+
+_TOO_MANY_HERE = (
+    "Too many sign-ins started from your address and not finished. Finish one, or try "
+    "again in {minutes} min."
+)
+_TOO_MANY_IN_ALL = "The board is busy with other sign-ins. Try again in {minutes} min."
 
 
 async def take_pending(
@@ -82,18 +159,26 @@ async def take_pending(
 
 async def account_for(db: AsyncSession, provider: OidcProvider, identity: oidc.Identity) -> User:
     """The person the provider vouches for: an account with that email, or a new one when
-    the email's domain is allowed and a workspace to join is configured."""
+    a workspace to join is configured; either only for an email domain the provider
+    speaks for (allowed_domains), or for any existing account with allow_any_domain."""
     email = identity.email
     if email is None or not plausible_email(email):
         raise SsoFailed(f"{provider.display_name} did not share an email address.")
     if identity.email_verified is False:
         raise SsoFailed(f"{provider.display_name} says {email} is not verified.")
+    # Accounts are found by email alone (no issuer and subject is kept), so the domain
+    # is the whole of what ties a provider to the accounts it may sign in.
+    domain = email.rsplit("@", 1)[1]
+    listed = domain in provider.allowed_domains
+    if not listed and not provider.allow_any_domain:
+        raise SsoFailed(
+            f"{provider.display_name} does not sign in accounts of {domain} on this board. "
+            "Sign in another way, or ask an admin."
+        )
     user = await find_user(db, email)
     if user is not None:
         return user
-    domain = email.rsplit("@", 1)[1]
-    allowed = {d.strip().lower().lstrip("@") for d in provider.allowed_domains}
-    if provider.join_workspace is None or domain not in allowed:
+    if provider.join_workspace is None or not listed:
         raise SsoFailed(f"There is no account for {email} on this board. Ask an admin to add you.")
     workspace = await _workspace(db, provider.join_workspace)
     user = User(email=email, password_hash=None)

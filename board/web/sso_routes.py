@@ -11,6 +11,7 @@ import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
 
 from board.audit.deps import ClientAddressDep
 from board.audit.service import record_for_person
@@ -22,7 +23,7 @@ from board.settings import OidcProvider, Settings
 from board.sso import oidc, service
 from board.sso.oidc import SsoFailed
 from board.web.deps import WebSessionDep
-from board.web.render import PageRoute, redirect
+from board.web.render import PageRoute, finish, redirect
 from board.web.sessions import WebSession, cookie_secure
 from board.web.signin_page import safe_next, signin_page
 from board.workspaces.service import find_user
@@ -56,22 +57,44 @@ def _failed(
     return response
 
 
+def _too_many(
+    request: Request, settings: Settings, exc: service.TooManyStarts, next: str
+) -> Response:
+    """429 with Retry-After; the browser's cookie stays (its earlier start may finish)."""
+    response: Response
+    if "application/json" in (request.headers.get("accept") or ""):
+        response = finish(request, JSONResponse({"detail": str(exc)}, 429))
+    else:
+        response = signin_page(request, settings, next=next, error=str(exc), status_code=429)
+    response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
 @router.get("/{name}")
 async def start(
     request: Request,
     name: str,
     db: SessionDep,
     runtime: RuntimeDep,
+    address: ClientAddressDep,
     _web: WebSessionDep,
     next: Param = "/",
 ) -> Response:
     """To the provider, with a fresh state, nonce and PKCE challenge."""
     settings = runtime.settings
     provider = _provider(settings, name)
+    limits = service.PendingLimits(settings.sso_max_pending_per_address, settings.sso_max_pending)
     try:
         begun = await service.begin(
-            db, provider, _redirect_uri(request, settings, name), safe_next(next)
+            db,
+            provider,
+            _redirect_uri(request, settings, name),
+            safe_next(next),
+            service.client_key(address),
+            limits,
         )
+    except service.TooManyStarts as exc:
+        return _too_many(request, settings, exc, next)
     except SsoFailed as exc:
         return _failed(request, settings, exc, next, status=502)
     response = redirect(request, begun.url)

@@ -1091,6 +1091,7 @@ async def sso_board(settings: Any, stub_provider: _StubProvider) -> Any:
                 "issuer": stub_provider.issuer,
                 "client_id": "gua-board",
                 "client_secret": "stub-client-secret-0123456789",
+                "allowed_domains": ["acme.example"],
             }
         ],
     )

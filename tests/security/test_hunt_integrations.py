@@ -265,6 +265,7 @@ async def app_signing_in_with(settings: Settings, issuer: str) -> AsyncIterator[
                 "issuer": issuer,
                 "client_id": "gua-board",
                 "client_secret": "stub-client-secret-0123456789",
+                "allowed_domains": ["acme.example"],
             }
         ],
     )

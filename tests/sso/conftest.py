@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
 import pytest
@@ -28,6 +28,7 @@ PROVIDER_DIR = Path(__file__).resolve().parent / "provider"
 CLIENT_ID = "gua-board"
 CLIENT_SECRET = "test-client-secret-0123456789"
 ASGI_BASE = "http://board.test"
+CALLBACK = f"{ASGI_BASE}/signin/sso/test/callback"
 _FORM_ACTION = re.compile(r'<form[^>]*action="([^"]+)"')
 _INPUT = re.compile(r'<input[^>]*type="hidden"[^>]*name="([^"]+)"[^>]*value="([^"]*)"')
 
@@ -102,7 +103,14 @@ def provider_entry(provider: Provider, **extra: Any) -> dict[str, Any]:
     }
 
 
-def sso_settings(base: Any, provider: Provider, password_signin: bool = True, **extra: Any) -> Any:
+def sso_settings(
+    base: Any,
+    provider: Provider,
+    password_signin: bool = True,
+    board: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Any:
+    """Settings trusting the test provider; `extra` is its entry's, `board` the board's."""
     from board.settings import Settings
 
     return Settings(
@@ -110,18 +118,35 @@ def sso_settings(base: Any, provider: Provider, password_signin: bool = True, **
         data_dir=base.data_dir,
         sso_providers=[provider_entry(provider, **extra)],
         password_signin=password_signin,
+        **(board or {}),
     )
+
+
+@contextlib.asynccontextmanager
+async def started_app(configured: Any) -> AsyncIterator[Any]:
+    from board.app import create_app
+
+    application = create_app(configured, run_maintenance=False)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+def browser(application: Any, address: str = "127.0.0.1") -> httpx.AsyncClient:
+    """A browser of its own (cookies) at a client address of its own."""
+    transport = httpx.ASGITransport(app=application, client=(address, 40000))
+    return httpx.AsyncClient(transport=transport, base_url=ASGI_BASE)
 
 
 @pytest.fixture
 async def sso_app(settings: Any, oidc_provider: Provider) -> AsyncIterator[Any]:
-    from board.app import create_app
-
+    # It speaks for acme's own accounts, and new people of joiners.example join acme.
     configured = sso_settings(
-        settings, oidc_provider, allowed_domains=["joiners.example"], join_workspace="acme"
+        settings,
+        oidc_provider,
+        allowed_domains=["acme.example", "joiners.example"],
+        join_workspace="acme",
     )
-    application = create_app(configured, run_maintenance=False)
-    async with application.router.lifespan_context(application):
+    async with started_app(configured) as application:
         yield application
 
 
@@ -161,3 +186,21 @@ async def wait_until(condition: Any, seconds: float = 60) -> None:
     while not await condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.1)
+
+
+async def started(client: httpx.AsyncClient, next: str = "/") -> str:
+    """Start a sign-in with the test provider; the provider's authorization URL."""
+    r = await client.get("/signin/sso/test", params={"next": next})
+    assert r.status_code == 303, r.text
+    location: str = r.headers["location"]
+    query = parse_qs(urlsplit(location).query)
+    assert query["code_challenge_method"] == ["S256"]
+    assert query["code_challenge"]
+    assert query["state"]
+    assert query["nonce"]
+    return location
+
+
+async def callback_url(client: httpx.AsyncClient, login: str, next: str = "/") -> str:
+    """A sign-in started by `client` and passed at the provider as `login`: the callback."""
+    return await log_in_at_provider(await started(client, next), login, CALLBACK)

@@ -23,7 +23,8 @@ async def test_sign_in_with_the_provider_in_a_browser(settings: Any, oidc_provid
     from playwright.async_api import async_playwright
 
     port = oidc_provider.live_board_port
-    app = create_app(sso_settings(settings, oidc_provider), run_maintenance=False)
+    configured = sso_settings(settings, oidc_provider, allowed_domains=["acme.example"])
+    app = create_app(configured, run_maintenance=False)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serving = asyncio.create_task(server.serve())
 
