@@ -6,7 +6,7 @@ row (read with the host lock on every ingest batch); the value so far holds from
 beginning (a NULL `from`). `max_sample_gap_seconds` stays the value in force now.
 
 Revision ID: a28b3c5d7e91
-Revises: a27e1f4a6072
+Revises: a28b4c6d8e10
 Create Date: 2026-12-04 18:30:00
 """
 
@@ -17,7 +17,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "a28b3c5d7e91"
-down_revision: str | None = "a27e1f4a6072"
+down_revision: str | None = "a28b4c6d8e10"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
