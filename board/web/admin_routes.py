@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
@@ -21,6 +22,7 @@ from board.runtime import RuntimeDep
 from board.web.deps import AdminPageDep, CsrfDep, Page
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces
+from board.zones import iana_zone
 
 router = APIRouter(prefix="/w/{slug}/admin", route_class=PageRoute, include_in_schema=False)
 
@@ -57,6 +59,8 @@ async def _admin_page(
     **extra: Any,
 ) -> Response:
     listed = await hosts.list_hosts(db, page.ctx)
+    settings = workspaces.settings_of(page.ctx.workspace)
+    zone = iana_zone(settings.timezone)
     context = {
         "page": page,
         "nav": "admin",
@@ -65,7 +69,12 @@ async def _admin_page(
         "host_names": {h.host_id: h.display_name for h in listed},
         "members": await workspaces.list_members(db, page.ctx.workspace_id),
         "roles": ROLES,
-        "settings": workspaces.settings_of(page.ctx.workspace),
+        "settings": settings,
+        # Each dated max sample gap, its start in the workspace's zone (None: always).
+        "gap_history": [
+            (v.seconds, v.from_.astimezone(zone).strftime("%Y-%m-%d %H:%M") if v.from_ else None)
+            for v in settings.max_sample_gap_history
+        ],
         "default_ttl": runtime.settings.enrollment_token_ttl_hours,
         "board_url": board_url(request, runtime),
         "notice": NOTICES.get(request.query_params.get("notice", "")),
@@ -244,6 +253,19 @@ async def sign_out_member(
     return redirect(request, f"/w/{page.slug}/admin?notice=member-signed-out#members")
 
 
+def _gap_from(raw: str, zone: str) -> str:
+    """The form's local `YYYY-MM-DDTHH:MM` (in the workspace's zone) as a time with its
+    offset; anything else is passed on, so the model's sentence says what is wrong."""
+    raw = raw.strip()
+    try:
+        local = datetime.fromisoformat(raw) if len(raw) <= 40 else None
+    except ValueError:
+        local = None
+    if local is None or local.tzinfo is not None:
+        return raw
+    return local.replace(tzinfo=iana_zone(zone)).isoformat()
+
+
 def _setting_value(key: str, raw: str) -> object:
     raw = raw.strip()
     if key == "timezone":
@@ -268,6 +290,9 @@ async def save_settings(
         for key in SETTING_FIELDS
         if form.get(key) is not None
     }
+    gap_from = str(form.get("maxSampleGapFrom") or "").strip()
+    if gap_from:  # empty: the new max sample gap holds from now
+        changes["maxSampleGapFrom"] = _gap_from(gap_from, page.ctx.workspace.timezone)
     try:
         patch = workspaces.parse_settings(changes)
         workspace = await db.merge(page.ctx.workspace)

@@ -191,3 +191,29 @@ async def test_admin_forms_change_settings_and_members(app, client) -> None:
     await client.post("/signout", data={"csrf_token": csrf})
     assert (await sign_in(client, "lead@acme.example", "a-long-password")).status_code == 303
     assert (await client.get("/w/acme/admin")).status_code == 403
+
+
+async def test_the_admin_form_dates_a_max_sample_gap_in_the_workspaces_zone(app, client) -> None:
+    """The settings form's "from" is local time in the workspace's zone; the page lists the
+    dated values, and a naive or unreadable time is refused with the model's sentence."""
+    acme = await make_tenant(app, "acme")
+    await client.patch(
+        "/api/v1/workspaces/acme/settings", json={"timezone": "Europe/Berlin"}, headers=acme.auth()
+    )
+    await sign_in(client, "admin@acme.example")
+    csrf = csrf_of((await client.get("/w/acme/admin")).text)
+    form = {"csrf_token": csrf, "maxSampleGapSeconds": "300", "maxSampleGapFrom": "soon"}
+    refused = await client.post("/w/acme/admin/settings", data=form)
+    assert refused.status_code == 422
+    assert "maxSampleGapFrom must be a time with its zone offset" in refused.text
+    saved = await client.post(
+        "/w/acme/admin/settings", data=form | {"maxSampleGapFrom": "2026-07-01T10:00"}
+    )
+    assert saved.status_code == 303, saved.text
+    settings = (await client.get("/api/v1/workspaces/acme/settings", headers=acme.auth())).json()
+    assert settings["maxSampleGapHistory"][-1] == {
+        "seconds": 300,
+        "from": "2026-07-01T08:00:00+00:00",  # 10:00 in Berlin's summer time
+    }
+    page = (await client.get(saved.headers["location"])).text
+    assert "120 s from the start; 300 s from 2026-07-01 10:00" in page
