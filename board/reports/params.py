@@ -1,9 +1,13 @@
 """Report parameters: windows on whole hours, groupings, zones, formats; 422 says why.
 
 Rollups are kept per UTC hour, so a report can only cut time on UTC hour boundaries.
-A date means midnight in the report's zone; a day bucket is the UTC hours that start
-on that local date, which is exact as long as the zone's offset is a whole number of
-hours (DST changes included: such a day simply has 23 or 25 hours).
+A local day is the UTC hours that *start* on that local date (the hour-start rule). In
+a zone a whole number of hours from UTC that is exactly midnight to midnight (a DST
+day simply has 23 or 25 hours); in one that is not (Asia/Kolkata, +05:30), it is the
+first UTC hour starting at or after midnight up to the next day's: 00:30 to 00:30 in
+Kolkata. Every hour belongs to exactly one local date, so days tile any window without
+gaps or overlaps and sum to it exactly. A date in `from`/`to` means its day's first
+instant under the same rule.
 """
 
 from __future__ import annotations
@@ -53,8 +57,38 @@ class Window:
         return moment.astimezone(self.tz)
 
     def day_start(self, day: date) -> datetime:
-        """The first instant of a local date (midnight, or the end of a DST jump over it)."""
-        return datetime(day.year, day.month, day.day, tzinfo=self.tz)
+        """The first instant of a local date's hours, in UTC: its midnight (or the end of
+        a DST jump over it), raised to the next whole UTC hour where it is not on one."""
+        return first_hour(day, self.tz)
+
+    def day_of(self, moment: datetime) -> date:
+        """The local date whose hours hold `moment`: the date its UTC hour starts on."""
+        hour = moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        return self.local(hour).date()
+
+    def last_day(self) -> date:
+        """The local date of the window's last hour."""
+        return self.day_of(self.end - HOUR)
+
+    def hour_alignment(self) -> str | None:
+        """What a local day is here when that is not midnight to midnight: a sentence
+        for the reports' `hourAlignment`; None in a zone a whole number of hours from
+        UTC all through the window (DST included)."""
+        if all(offset % HOUR == timedelta(0) for _, offset in self.changes):
+            return None
+        begins: dict[str, None] = {}
+        day = self.day_of(self.start)
+        while day <= self.day_of(self.end):
+            start = self.local(self.day_start(day))
+            offset = start.utcoffset() or timedelta(0)
+            since = start - start.replace(hour=0, minute=0, second=0)
+            begins[f"{_clock(since)} ({_utc(offset)})"] = None
+            day += timedelta(days=1)
+        return (
+            f"Rollups are kept per UTC hour and {self.tz_name} is not a whole number of "
+            "hours from UTC, so each local day is the UTC hours that start on it: a day "
+            f"begins at {' or '.join(begins)} local time, and so does a date in from or to."
+        )
 
     @cached_property
     def changes(self) -> list[tuple[datetime, timedelta]]:
@@ -90,6 +124,28 @@ class Window:
 DEFAULT_ZONE = "UTC"
 
 
+def _clock(since_midnight: timedelta) -> str:
+    """00:30, or 00:15:30 where there are seconds (Africa/Monrovia until 1972)."""
+    seconds = int(since_midnight.total_seconds())
+    text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}"
+    return text + (f":{seconds % 60:02d}" if seconds % 60 else "")
+
+
+def _utc(offset: timedelta) -> str:
+    """UTC+05:30, UTC-03:30."""
+    sign = "-" if offset < timedelta(0) else "+"
+    return f"UTC{sign}{_clock(abs(offset))}"
+
+
+def first_hour(day: date, tz: zoneinfo.ZoneInfo) -> datetime:
+    """A local date's first instant under the hour-start rule, in UTC: its midnight, or
+    the first whole UTC hour after it where midnight is not on one (OverflowError at
+    the calendar's ends)."""
+    midnight = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
+    floor = midnight.replace(minute=0, second=0, microsecond=0)
+    return floor if floor == midnight else floor + HOUR
+
+
 def parse_zone(name: str | None) -> tuple[str, zoneinfo.ZoneInfo]:
     name = DEFAULT_ZONE if name is None or name == "" else name
     try:
@@ -101,7 +157,8 @@ def parse_zone(name: str | None) -> tuple[str, zoneinfo.ZoneInfo]:
 
 
 def parse_bound(label: str, value: str | None, tz_name: str, tz: zoneinfo.ZoneInfo) -> datetime:
-    """A date (midnight in tz) or a time with an offset on a whole UTC hour, as UTC."""
+    """A date (its first hour in tz: Window.day_start) or a time with an offset on a
+    whole UTC hour, as UTC."""
     if value is None or value.strip() == "":
         raise Unprocessable(
             f"{label} is required: a date (2026-11-01) or a time on a whole hour "
@@ -114,16 +171,10 @@ def parse_bound(label: str, value: str | None, tz_name: str, tz: zoneinfo.ZoneIn
         except ValueError:
             raise Unprocessable(f"{label} {value!r} is not a real date.") from None
         try:
-            moment = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
+            moment = first_hour(day, tz)
         except OverflowError:
             raise _out_of_range(label, value) from None
         _check_range(label, value, moment)
-        if moment.minute or moment.second:
-            raise Unprocessable(
-                f"{label} {value} is midnight in {tz_name}, which is {moment.isoformat()} and "
-                "not on a whole UTC hour; rollups are kept per UTC hour, so pass a time on a "
-                "whole UTC hour instead."
-            )
         return moment
     fixed = _UNENCODED_PLUS.match(value)
     if fixed:
@@ -186,22 +237,15 @@ def parse_window(from_: str | None, to: str | None, tz: str | None) -> Window:
 
 
 def local_day_hour(day: date, zone: str) -> str:
-    """A local date's midnight as a report bound: exact in a whole-hour zone, floored to
-    the UTC hour in a half-hour one (Asia/Kolkata), where the date itself is a 422."""
+    """A local date as a report bound in UTC: the same instant as passing the date."""
     _, tz = parse_zone(zone)
-    moment = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
-    return moment.replace(minute=0, second=0, microsecond=0).isoformat()
+    return first_hour(day, tz).isoformat()
 
 
 def require_whole_hour_days(window: Window) -> None:
-    """Day buckets need every local midnight in the window on a UTC hour boundary."""
-    for moment, offset in window.changes:
-        if offset.total_seconds() % 3600:
-            raise Unprocessable(
-                f"{window.tz_name} is {offset} from UTC at {moment.isoformat()}; rollups are "
-                "kept per UTC hour, so days in a zone whose offset is not a whole number of "
-                "hours cannot be cut exactly. Use a whole-hour zone or group by hour."
-            )
+    """Nothing to refuse any more: every zone's days are cut exactly (the hour-start
+    rule). Kept only while board/money/focus.py still calls it."""
+    del window
 
 
 def parse_usage_group(value: str | None) -> tuple[str, ...]:

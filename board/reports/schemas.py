@@ -38,6 +38,9 @@ class UsageHead(ReadModel):
     to: IsoTime
     group_by: str
     tz: str
+    # What a local day is when the zone is not a whole number of hours from UTC
+    # (params.Window.hour_alignment); null where days run midnight to midnight.
+    hour_alignment: str | None
 
 
 class UtilizationHead(ReadModel):
@@ -48,6 +51,7 @@ class UtilizationHead(ReadModel):
     group_by: str
     bucket: str
     tz: str
+    hour_alignment: str | None
 
 
 class _DocumentedRow(ReadModel):

@@ -21,7 +21,7 @@ from board.errors import Unprocessable
 from board.reports import repository as repo
 from board.reports import utilization_sql
 from board.reports.cost import amount, exact, window_pricing, workspace_currency
-from board.reports.params import HOUR, Window, require_whole_hour_days
+from board.reports.params import HOUR, Window
 from board.reports.schemas import (
     ReportCoverage,
     UsageHead,
@@ -248,8 +248,6 @@ async def usage_report(
     keys: tuple[str, ...],
 ) -> UsageReport:
     """GPU-hours held per Linux user, host, GPU or day (or a pair), split active/idle-held."""
-    if "day" in keys:
-        require_whole_hour_days(window)
     scope = await usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
     columns = unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)
@@ -304,6 +302,7 @@ def usage_head(window: Window, keys: tuple[str, ...]) -> UsageHead:
         to=window.local(window.end),
         group_by=",".join(keys),
         tz=window.tz_name,
+        hour_alignment=window.hour_alignment(),
     )
 
 
@@ -314,8 +313,6 @@ async def utilization_scope(
     bucket: str,
     host_id: int | None = None,
 ) -> repo.Scope:
-    if bucket == "day":
-        require_whole_hour_days(window)
     # Hourly buckets need hour rows; daily ones may read whole UTC days.
     scope = await usage_scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
     return replace(scope, host_id=host_id)
@@ -349,6 +346,7 @@ def utilization_head(window: Window, group: str, bucket: str) -> UtilizationHead
         group_by=group,
         bucket=bucket,
         tz=window.tz_name,
+        hour_alignment=window.hour_alignment(),
     )
 
 

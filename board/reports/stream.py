@@ -28,7 +28,7 @@ from board.reports import repository as repo
 from board.reports import service
 from board.reports.cost import Pricing, amount, exact, window_pricing, workspace_currency
 from board.reports.csv import LINE_END, _cell, csv_cells
-from board.reports.params import Window, require_whole_hour_days
+from board.reports.params import Window
 from board.reports.schemas import UsageTotals
 
 # Rows per usage fetch: a few MiB of text in the worker at a time.
@@ -162,8 +162,6 @@ async def prepare_usage(
     fmt: str,
 ) -> Chunks:
     """The usage report's body (service.usage_report's JSON or CSV bytes) as chunks."""
-    if "day" in keys:
-        require_whole_hour_days(window)
     scope = await service.usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
     columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)

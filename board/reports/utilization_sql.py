@@ -29,8 +29,13 @@ def _figures(c: str, a: str, ih: str, i: str, u: str, mu: str, mt: str) -> str:
 
 
 def hour_bucket_sql(bucket: str, column: str = "hour_start") -> str:
-    """The first instant of the bucket an hour falls in: itself, or its local day's."""
-    return f"date_trunc('day', {column}, %(tz)s)" if bucket == "day" else column
+    """The first instant of the bucket an hour falls in: itself, or its local day's first
+    hour (params.Window.day_start): the day's midnight raised to a whole UTC hour, so a
+    day of Asia/Kolkata (+05:30) is named by its 00:30, the first hour it holds."""
+    if bucket != "day":
+        return column
+    midnight = f"date_trunc('day', {column}, %(tz)s)"
+    return f"(date_trunc('hour', {midnight} - interval '1 microsecond', 'UTC') + interval '1 hour')"
 
 
 def utilization_figures_sql(

@@ -4,7 +4,7 @@ host or day (accounting.md, "Reservations"), JSON or CSV.
 Reads the per-hour figures the ingest path credits (from both places they are kept in,
 board.reservations.figures) and the bookings' ranges; never a scan of raw samples. The
 window and zone rules are the usage report's (board.reports.params): whole UTC hours, a
-date meaning midnight in `tz`.
+local day being the UTC hours that start on it (a date: its first such hour).
 """
 
 from __future__ import annotations
@@ -21,13 +21,7 @@ import psycopg
 
 from board.readmodels import ReadModel
 from board.reports.csv import spreadsheet_text
-from board.reports.params import (
-    FORMATS,
-    Window,
-    parse_choice,
-    parse_window,
-    require_whole_hour_days,
-)
+from board.reports.params import FORMATS, Window, parse_choice, parse_window
 from board.reservations.crediting import FIGURE_COLUMNS
 from board.reservations.figures import FIGURE_ROWS
 
@@ -58,6 +52,8 @@ class ReservationReportOut(ReadModel):
     to: str
     group_by: str
     tz: str
+    # As in the usage report: what a local day is in a zone not whole hours from UTC.
+    hour_alignment: str | None
     rows: list[dict[str, Any]]
     totals: dict[str, Any]
 
@@ -104,6 +100,7 @@ class BuiltReport:
                 "to": self.window.end.isoformat(),
                 "groupBy": self.group_by,
                 "tz": self.window.tz_name,
+                "hourAlignment": self.window.hour_alignment(),
                 "rows": self.rows,
                 "totals": self.totals,
             }
@@ -163,16 +160,17 @@ async def host_names(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> d
 
 
 def _reserved_by_day(window: Window, start: datetime, end: datetime, gpus: int) -> dict[str, int]:
-    """The booking's GPU-µs inside the window, cut at local midnights."""
+    """The booking's GPU-µs inside the window, cut where the local days begin (the first
+    hour of each: Window.day_start), as the hour figures are keyed by their hour's day."""
     lo, hi = max(start, window.start), min(end, window.end)
     out: dict[str, int] = {}
     while lo < hi:
-        local = window.local(lo)
+        day = window.day_of(lo)
         # In UTC: two times sharing the zone's tzinfo subtract as wall-clock times, which
         # made the day the clocks spring forward 24 hours long (and fall back, 24).
-        next_day = window.day_start(local.date() + timedelta(days=1)).astimezone(UTC)
+        next_day = window.day_start(day + timedelta(days=1)).astimezone(UTC)
         cut = min(hi, next_day)
-        out[local.date().isoformat()] = (cut - lo) // timedelta(microseconds=1) * gpus
+        out[day.isoformat()] = (cut - lo) // timedelta(microseconds=1) * gpus
         lo = cut
     return out
 
@@ -189,8 +187,6 @@ async def build(
     window = parse_window(from_, to, tz)
     group = parse_choice("groupBy", group_by, GROUPS, "reservation")
     chosen_format = parse_choice("format", fmt, FORMATS, "json")
-    if group == "day":
-        require_whole_hour_days(window)
     bounds = {"ws": workspace_id, "from": window.start, "to": window.end}
     cur = await conn.execute(_BOOKINGS, bounds)
     bookings = await cur.fetchall()
@@ -224,7 +220,7 @@ async def build(
         booking = keys_of.get(rid)
         if booking is None:
             continue
-        key = (window.local(hour).date().isoformat(),) if group == "day" else booking["key"]
+        key = (window.day_of(hour).isoformat(),) if group == "day" else booking["key"]
         row = sums[key]
         row.figures = [a + b for a, b in zip(row.figures, values, strict=True)]
 

@@ -23,7 +23,7 @@ from board.hosts import service as hosts
 from board.hosts.models import Host
 from board.hosts.search import MAX_QUERY_CHARS, search_fleet
 from board.reports import service as reports
-from board.reports.params import local_day_hour, parse_window, parse_zone
+from board.reports.params import parse_window, parse_zone
 from board.reservations.timeline import host_timeline
 from board.runtime import Runtime, RuntimeDep
 from board.stream.sse import sse_response
@@ -223,9 +223,7 @@ async def people_page(
         _, zone = parse_zone(tz)
         today = datetime.now(zone).date()
         first, tomorrow = _week_start(today), today + timedelta(days=1)
-        # Hours, not dates: a date in a half-hour zone (Asia/Kolkata) is a 422 of the reports.
-        start, end = local_day_hour(first, tz), local_day_hour(tomorrow, tz)
-        window = parse_window(start, end, tz)
+        window = parse_window(first.isoformat(), tomorrow.isoformat(), tz)
         report = await reports.usage_report(
             await report_connection(db), page.ctx.workspace_id, window, ("user",)
         )

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -23,7 +22,6 @@ router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=
 
 GROUPS = {"user": "User", "team": "Team", "host": "Host", "gpu": "GPU", "day": "Day"}
 DEFAULT_DAYS = 7
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _today(tz_name: str) -> date:
@@ -54,42 +52,10 @@ def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str
     }
 
 
-def _as_date(value: str) -> date | None:
-    if not _DATE.match(value):
-        return None
-    try:
-        return date.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-def _report_bound(value: str, tz: str) -> str:
-    """The form's date as the report's bound: the date itself where its local midnight is
-    on a whole UTC hour, else that midnight floored to the hour (a date in a half-hour zone
-    such as Asia/Kolkata is a 422 of the reports). Anything else goes as given, for the
-    report's parser to explain."""
-    day = _as_date(value)
-    if day is None:
-        return value
-    try:
-        _, zone = params.parse_zone(tz)
-        midnight = datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
-    except (DomainError, OverflowError):
-        return value
-    if midnight.minute == 0 and midnight.second == 0:
-        return value
-    return params.local_day_hour(day, tz)
-
-
-def _report_query(query: dict[str, str]) -> dict[str, str]:
-    """The page's query with its dates as report bounds (the REST API's terms)."""
-    tz = query["tz"]
-    return {**query, "from": _report_bound(query["from"], tz), "to": _report_bound(query["to"], tz)}
-
-
 async def _report(db: SessionDep, page: Page, query: dict[str, str]) -> service.UsageReport:
-    bounds = _report_query(query)
-    window = params.parse_window(bounds["from"], bounds["to"], bounds["tz"])
+    """The REST report of the same query: its dates are the API's (in a zone not whole
+    hours from UTC, a day is the UTC hours that start on it, as the report says)."""
+    window = params.parse_window(query["from"], query["to"], query["tz"])
     keys = params.parse_usage_group(query["groupBy"])
     return await service.usage_report(
         await report_connection(db), page.ctx.workspace_id, window, keys
@@ -101,8 +67,6 @@ async def _days(
 ) -> DayChart | None:
     """GPU-hours per day, active and idle-held: the same report per day (from the
     rollups), or this one when it is already per day."""
-    if keys != ["day"] and not _whole_hour_offsets(report):
-        return None  # local days of a half-hour zone cannot be cut from hourly rollups
     daily = report if keys == ["day"] else await _report(db, page, {**query, "groupBy": "day"})
     if not daily.rows:
         return None
@@ -111,9 +75,8 @@ async def _days(
         for r in daily.rows
     }
     # Every day of the window, the empty ones too (at most the report's 400 days).
-    _, zone = params.parse_zone(query["tz"])
-    day = report.head.from_.astimezone(zone).date()
-    last = (report.head.to.astimezone(zone) - timedelta(microseconds=1)).date()
+    window = _window_of(report)
+    day, last = window.day_of(window.start), window.last_day()
     columns: list[tuple[str, float, float]] = []
     while day <= last:
         columns.append((day.isoformat(), *found.get(day.isoformat(), (0.0, 0.0))))
@@ -121,11 +84,10 @@ async def _days(
     return day_columns(columns)
 
 
-def _whole_hour_offsets(report: service.UsageReport) -> bool:
-    """Whether the report's zone is a whole number of hours from UTC all through it."""
+def _window_of(report: service.UsageReport) -> params.Window:
+    """The window the report read, with its zone (its days are the report's days)."""
     tz_name, zone = params.parse_zone(report.head.tz)
-    window = params.Window(report.head.from_, report.head.to, tz_name, zone)
-    return all(offset.total_seconds() % 3600 == 0 for _, offset in window.changes)
+    return params.Window(report.head.from_, report.head.to, tz_name, zone)
 
 
 def _through(to: str) -> str:
@@ -201,10 +163,7 @@ async def usage_page(
         "csv_url": f"/w/{page.slug}/usage.csv?{urlencode(query)}",
         # Digits of the currency's minor unit, for the cost column.
         "cost_digits": 2,
-        "api_url": (
-            f"/api/v1/workspaces/{page.slug}/reports/usage?"
-            f"{urlencode(_report_query(query))}&format=csv"
-        ),
+        "api_url": (f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv"),
     }
     try:
         report = await _report(db, page, query)
@@ -247,18 +206,9 @@ async def usage_csv(
 ) -> Response:
     query = _query(page, from_, to, "", group_by, tz)
     report = await _report(db, page, query)
-    # Named by the first and the last day it includes, in the report's zone (the
-    # window's end is the first instant not included).
-    _, zone = params.parse_zone(query["tz"])
-    # The dates asked for where they were dates: in a half-hour zone the bounds are the
-    # UTC hours just before them.
-    asked_to = _as_date(query["to"])
-    first = _as_date(query["from"]) or report.head.from_.astimezone(zone).date()
-    last = (
-        asked_to - timedelta(days=1)
-        if asked_to
-        else (report.head.to.astimezone(zone) - timedelta(microseconds=1)).date()
-    )
+    # Named by the first and the last day it includes, in the report's zone.
+    window = _window_of(report)
+    first, last = window.day_of(window.start), window.last_day()
     filename = f"usage-{first.isoformat()}_{last.isoformat()}.csv"
     return finish(
         request,

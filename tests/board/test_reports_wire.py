@@ -17,8 +17,8 @@ from tests.board.test_reports_builders import (
     quick_tenant,
 )
 
-USAGE_KEYS = ["from", "to", "groupBy", "tz", "rows", "totals", "coverage"]
-UTILIZATION_KEYS = ["from", "to", "groupBy", "bucket", "tz", "rows", "coverage"]
+USAGE_KEYS = ["from", "to", "groupBy", "tz", "hourAlignment", "rows", "totals", "coverage"]
+UTILIZATION_KEYS = ["from", "to", "groupBy", "bucket", "tz", "hourAlignment", "rows", "coverage"]
 TOTALS_KEYS = [
     "heldGpuHours",
     "activeGpuHours",

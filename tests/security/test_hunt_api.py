@@ -756,7 +756,7 @@ async def test_a_half_hour_zone_does_not_stop_every_workspaces_notices(
     assert set(passed) >= {kolkata.slug, other.slug}
     digests = [e[2]["data"] for e in await events(app, "digest.daily")]
     assert sorted(d["workspace"]["slug"] for d in digests) == sorted([kolkata.slug, other.slug])
-    # Kolkata's yesterday: its local midnights floored to whole UTC hours.
+    # Kolkata's yesterday: its local day, the UTC hours that start on it.
     (local,) = [d for d in digests if d["workspace"]["slug"] == kolkata.slug]
     assert (
         local["day"]

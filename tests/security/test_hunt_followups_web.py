@@ -2,8 +2,9 @@
 
 Pages: a workspace in a zone with a half-hour offset (Asia/Kolkata) was a 422 on every
 page that cut its window from local dates (the people view, the usage page and its CSV,
-the team statements): report bounds must fall on whole UTC hours, so the pages now ask
-for the UTC hour just before each local midnight (board.reports.params.local_day_hour).
+the team statements): report bounds must fall on whole UTC hours. The reports now cut a
+local day there as the UTC hours that start on it (docs/reports.md), and the pages ask
+for the dates themselves.
 
 Stream: `GET …/stream?hostId=` took any string of any length, and an upper-case or
 otherwise non-canonical UUID silently matched nothing. A hostId that is not a UUID is now
@@ -109,10 +110,10 @@ async def test_the_usage_page_and_csv_of_a_half_hour_zone(
     csv = await client.get(f"{base}/usage.csv?from={today}&to={today + timedelta(days=1)}")
     shows_only_its_own_people(csv)
     assert f'filename="usage-{today}_{today}.csv"' in csv.headers["content-disposition"]
-    # Days of a half-hour zone cannot be cut from hourly rollups: still the report's 422.
+    # Days of a half-hour zone: the UTC hours that start on them, and the page says so.
     r = await client.get(f"{base}/usage?from={week}&through={today}&groupBy=day")
-    assert r.status_code == 422
-    assert "not a whole number" in r.text
+    assert r.status_code == 200, r.text[:500]
+    assert "start on it" in r.text
     # A date that is no date is still the report's 422, never a 500.
     for query in ("from=2026-02-30", "from=0001-01-01", "to=9999-12-31", "from=soon"):
         refused(await client.get(f"{base}/usage.csv?{query}"), 422)

@@ -5,10 +5,15 @@ ends, fails, or its holder's connection goes; other workspaces are not affected.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
+import zoneinfo
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from board.db.urls import libpq_url
 from board.reports.slots import REPORT_SLOTS, slot_key
@@ -94,13 +99,32 @@ async def test_full_slots_answer_429_and_free_ones_run(app, client) -> None:
         await _wait_all_free(probe, ws)
 
 
-async def test_slots_are_freed_when_reports_end_or_fail(app, client) -> None:
+@pytest.fixture
+def zone_only_python_knows(tmp_path: Path) -> Iterator[str]:
+    """A real zone file under a name only Python's zone search path has."""
+    name = "Gua/Only_Python"
+    (tmp_path / "Gua").mkdir()
+    shutil.copyfile(Path(zoneinfo.TZPATH[0]) / "Asia" / "Kolkata", tmp_path / name)
+    before = zoneinfo.TZPATH
+    zoneinfo.reset_tzpath(to=[str(tmp_path), *before])
+    zoneinfo.ZoneInfo.clear_cache()
+    try:
+        yield name
+    finally:
+        zoneinfo.reset_tzpath(to=before)
+        zoneinfo.ZoneInfo.clear_cache()
+
+
+async def test_slots_are_freed_when_reports_end_or_fail(
+    app, client, zone_only_python_knows: str
+) -> None:
     tenant = await quick_tenant(app, "limits")
     url = libpq_url(app.state.runtime.database_url)
     auth = tenant.auth("finance")
     base = f"/api/v1/workspaces/{tenant.slug}/reports"
-    # Fails after taking a slot: day keys in a half-hour zone are a 422 of the report.
-    failing = f"{base}/usage?{QUERY}&groupBy=day&tz=Asia/Kolkata"
+    # Fails after taking a slot: a zone Python reads but PostgreSQL does not know is the
+    # database's refusal, a 422 of the report.
+    failing = f"{base}/usage?{QUERY}&groupBy=day&tz={zone_only_python_knows}"
     for _ in range(2 * REPORT_SLOTS):
         r = await client.get(failing, headers=auth)
         assert r.status_code == 422, r.text
