@@ -146,6 +146,13 @@ def first_hour(day: date, tz: zoneinfo.ZoneInfo) -> datetime:
     return floor if floor == midnight else floor + HOUR
 
 
+def day_now(tz: zoneinfo.ZoneInfo, now: datetime | None = None) -> date:
+    """Today under the hour-start rule: the local date the current UTC hour starts on
+    (until 00:30 in Asia/Kolkata, yesterday: the hour began at 23:30)."""
+    hour = (now or datetime.now(UTC)).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return hour.astimezone(tz).date()
+
+
 def parse_zone(name: str | None) -> tuple[str, zoneinfo.ZoneInfo]:
     name = DEFAULT_ZONE if name is None or name == "" else name
     try:

@@ -23,7 +23,7 @@ from board.hosts import service as hosts
 from board.hosts.models import Host
 from board.hosts.search import MAX_QUERY_CHARS, search_fleet
 from board.reports import service as reports
-from board.reports.params import parse_window, parse_zone
+from board.reports.params import day_now, parse_window, parse_zone
 from board.reservations.timeline import host_timeline
 from board.runtime import Runtime, RuntimeDep
 from board.stream.sse import sse_response
@@ -221,7 +221,7 @@ async def people_page(
     first = tomorrow = None
     if page.ctx.sees_processes:
         _, zone = parse_zone(tz)
-        today = datetime.now(zone).date()
+        today = day_now(zone)
         first, tomorrow = _week_start(today), today + timedelta(days=1)
         window = parse_window(first.isoformat(), tomorrow.isoformat(), tz)
         report = await reports.usage_report(

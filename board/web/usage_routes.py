@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -29,7 +29,7 @@ def _today(tz_name: str) -> date:
         _, zone = params.parse_zone(tz_name)
     except DomainError:
         _, zone = params.parse_zone("UTC")  # the report itself says why the zone is wrong
-    return datetime.now(zone).date()
+    return params.day_now(zone)
 
 
 def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str) -> dict[str, str]:

@@ -395,6 +395,8 @@ async def test_the_people_week_starts_on_the_zones_monday(
     """Fourteen hours ahead of UTC and eleven behind, the week is the zone's own."""
     from zoneinfo import ZoneInfo
 
+    from board.reports.params import day_now
+
     tenant, _ = fleet
     r = await client.patch(
         f"/api/v1/workspaces/{tenant.slug}/settings", json={"timezone": zone}, headers=tenant.auth()
@@ -402,7 +404,7 @@ async def test_the_people_week_starts_on_the_zones_monday(
     assert r.status_code == 200, r.text
 
     def monday() -> str:
-        today = datetime.now(ZoneInfo(zone)).date()
+        today = day_now(ZoneInfo(zone))  # the local date the current UTC hour starts on
         return (today - timedelta(days=today.weekday())).isoformat()
 
     before = monday()

@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
+from board.reports.params import day_now
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.test_reports_builders import gpu, observation, proc
 from tests.board.test_stream import agent_socket, send_spaced, serve, sse, util_message
@@ -97,7 +98,8 @@ async def test_the_usage_page_and_csv_of_a_half_hour_zone(
     """Was a 422: the page's default window and its form are local dates."""
     base = f"/w/{kolkata.slug}"
     shows_only_its_own_people(await client.get(f"{base}/usage"))
-    today = datetime.now(ZoneInfo(HALF_HOUR_ZONE)).date()
+    # Today as the reports count it: the local date the current UTC hour starts on.
+    today = day_now(ZoneInfo(HALF_HOUR_ZONE))
     week = (today - timedelta(days=6)).isoformat()
     r = await client.get(f"{base}/usage?from={week}&through={today}&groupBy=user")
     shows_only_its_own_people(r)
