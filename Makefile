@@ -24,6 +24,7 @@ serve: $(VENV)/.board
 	$(BIN)/gua-board serve
 
 test: $(VENV)/.dev
+	@bash tests/deps.sh
 	$(BIN)/pytest -n 2
 
 # Rewrites docs/screenshots/*.png from the browser tests (Debian's chromium).
