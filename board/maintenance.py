@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from board.audit.service import delete_expired as drop_expired_audit_events
 from board.db.urls import libpq_url
+from board.errors import as_unavailable
 from board.metrics.registry import maintenance_failures, maintenance_leader, maintenance_runs
 from board.partitions.compaction import compact_closed_days
 from board.partitions.maintenance import run_maintenance
@@ -114,9 +115,12 @@ async def _lead(process: MaintainedProcess, conn: psycopg.AsyncConnection[Any]) 
         try:
             await maintain_once(process)
             maintenance_runs.inc()
-        except Exception:
+        except Exception as exc:
             maintenance_failures.inc()
-            log.exception("maintenance failed; will retry")
+            if as_unavailable(exc) is None:
+                log.exception("maintenance failed; will retry")
+            else:
+                log.warning("maintenance failed, the database is unavailable (%s)", exc)
         next_run = time.monotonic() + settings.maintenance_interval_seconds
         while (left := next_run - time.monotonic()) > 0:
             await asyncio.sleep(min(left, settings.maintenance_leader_retry_seconds))

@@ -22,6 +22,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from board.errors import as_unavailable
 from board.metrics.registry import notices_pass_failures
 from board.notices import outbox
 from board.notices.detect import (
@@ -164,8 +165,11 @@ class Notices:
                 await self.detect_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("notices: detection failed; will retry")
+            except Exception as exc:
+                if as_unavailable(exc) is None:
+                    log.exception("notices: detection failed; will retry")
+                else:  # one line per try while the database is away, not a traceback
+                    log.warning("notices: detection waits for the database (%s)", exc)
             await asyncio.sleep(self.settings.notices_detect_seconds)
 
     async def _deliver_loop(self) -> None:
@@ -175,8 +179,11 @@ class Notices:
                     continue  # more may be due, and slots may be free
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("notices: delivery loop failed; will retry")
+            except Exception as exc:
+                if as_unavailable(exc) is None:
+                    log.exception("notices: delivery loop failed; will retry")
+                else:
+                    log.warning("notices: delivery waits for the database (%s)", exc)
             # Nothing due, or every slot taken: a send that ends frees one at once.
             await self._wait_for_slot(self.settings.notices_poll_seconds)
 
