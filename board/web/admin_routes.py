@@ -271,8 +271,8 @@ async def save_settings(
     try:
         patch = workspaces.parse_settings(changes)
         workspace = await db.merge(page.ctx.workspace)
-        workspaces.update_settings(workspace, patch)
-        await record(db, page.ctx, "settings.changed", detail=patch.changes(), address=address)
+        changed = workspaces.update_settings(workspace, patch)
+        await record(db, page.ctx, "settings.changed", detail=changed, address=address)
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)

@@ -366,7 +366,17 @@ def parse_settings(changes: dict[str, object]) -> SettingsPatch:
         raise Unprocessable(exc.errors()[0]["msg"]) from None
 
 
-def update_settings(workspace: Workspace, patch: SettingsPatch) -> None:
-    """Applies a patch validated whole beforehand, so nothing is ever half-applied."""
+def update_settings(workspace: Workspace, patch: SettingsPatch) -> dict[str, object]:
+    """Applies a patch validated whole beforehand, so nothing is ever half-applied.
+
+    Returns the audit entry's detail: each setting sent, and `previous_<name>` for each
+    one that changed (a shortened retention says from what to what).
+    """
+    detail: dict[str, object] = {}
     for name, value in patch.changes().items():
+        previous = getattr(workspace, name)
         setattr(workspace, name, value)
+        detail[name] = value
+        if previous != value:
+            detail[f"previous_{name}"] = previous
+    return detail
