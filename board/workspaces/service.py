@@ -248,6 +248,15 @@ async def issue_api_token(
     expires_at: datetime | None = None,
 ) -> tokens.IssuedToken:
     """A new personal API token for the membership; the secret is shown once."""
+    # The membership row is locked until the request commits, so concurrent issues for
+    # one person count one after another: unlocked, 30 at once each counted the same
+    # live tokens and stored up to 38 of the 20 allowed. (READ COMMITTED: the count,
+    # run after the lock is granted, sees the tokens the previous holder committed.)
+    await session.execute(
+        select(Membership.user_id)
+        .where(Membership.workspace_id == workspace_id, Membership.user_id == user_id)
+        .with_for_update()
+    )
     live = await session.scalar(
         select(func.count())
         .select_from(ApiToken)
