@@ -115,6 +115,44 @@ def error_headers(exc: DomainError) -> dict[str, str] | None:
     return None
 
 
+# What a value refused by a `pattern` lacks, by pattern: pydantic's own words quote the
+# regular expression. Each pattern used on input is registered with its sentence (the
+# sentence once said "must not contain NUL" whatever the pattern, a team with a
+# right-to-left override or a Linux user name with a space included).
+_PATTERN_SENTENCES: dict[str, str] = {}
+
+
+def explained_pattern(pattern: str, sentence: str) -> str:
+    """`pattern`, registered with what a 422 says of a value that fails it."""
+    _PATTERN_SENTENCES[pattern] = sentence
+    return pattern
+
+
+NO_NUL = explained_pattern(r"^[^\x00]*$", "must not contain NUL (\\u0000) characters")
+NO_CONTROL = explained_pattern(
+    r"^[^\x00-\x1f\x7f]*$", "must not contain line breaks or other control characters"
+)
+# Bidirectional overrides and isolates make a name read as another on the pages (Trojan
+# Source, CVE-2021-42574).
+NO_CONTROL_OR_BIDI = explained_pattern(
+    r"^[^\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]*$",
+    "must not contain line breaks, other control characters or bidirectional control "
+    "characters (U+202A-U+202E, U+2066-U+2069)",
+)
+
+
+def _pattern_sentence(error: Any) -> str | None:
+    pattern = (error.get("ctx") or {}).get("pattern")
+    if pattern is None:
+        # Errors taken without their context (the ingest's) still quote it in pydantic's
+        # message: "String should match pattern '<pattern>'".
+        msg = str(error.get("msg", ""))
+        head, tail = "String should match pattern '", "'"
+        if msg.startswith(head) and msg.endswith(tail):
+            pattern = msg[len(head) : -len(tail)]
+    return _PATTERN_SENTENCES.get(str(pattern))
+
+
 def describe_validation_errors(errors: list[Any]) -> str:
     """One readable sentence from pydantic's error list (the agent shows only a string)."""
     if not errors:
@@ -123,7 +161,7 @@ def describe_validation_errors(errors: list[Any]) -> str:
     loc = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
     msg = str(first.get("msg", "invalid value"))
     if first.get("type") == "string_pattern_mismatch":
-        msg = "must not contain NUL (\\u0000) characters"  # the only pattern the payloads use
+        msg = _pattern_sentence(first) or msg
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
 

@@ -296,8 +296,8 @@ async def save_settings(
     try:
         patch = workspaces.parse_settings(changes)
         workspace = await db.merge(page.ctx.workspace)
-        await workspaces.update_settings(db, workspace, patch)
-        await record(db, page.ctx, "settings.changed", detail=patch.audited(), address=address)
+        changed = await workspaces.update_settings(db, workspace, patch)
+        await record(db, page.ctx, "settings.changed", detail=changed, address=address)
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from board.errors import NO_CONTROL
 from board.readmodels import IsoTime, ReadModel
 from board.zones import iana_zone
 
@@ -199,9 +200,7 @@ class IssueApiTokenRequest(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, extra="forbid", frozen=True)
 
-    name: Annotated[
-        str | None, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")
-    ] = None
+    name: Annotated[str | None, Field(min_length=1, max_length=100, pattern=NO_CONTROL)] = None
     expires_in_days: Annotated[int | None, Field(ge=1, le=3650, strict=True)] = None
 
 
