@@ -21,7 +21,18 @@ ISO week dates, `23:59:60`, `24:00` offsets, strings of 100,000 characters, numb
 lists, objects and booleans as `maxSampleGapFrom` (each a 422 with one sentence), a
 `from` in the future, DST-ambiguous and non-existent local times on the admin form
 (read with fold 0, shown back as stored), a member, finance or another workspace's admin
-changing the setting (403/404 and nothing changed).
+changing the setting (403/404 and nothing changed); the 200-value history cap (the
+201st is a 409, a back-dated value superseding the rest is accepted); a PATCH whose other
+setting is refused applies no gap change. Twelve PATCHes with random back-dated values
+racing shuffled pushes and late points of three hosts, one booked: rollups and figures
+equal a rebuild.
+
+Read in the code only, not attacked with receivers this round: notices print host, GPU
+and Linux user names, member emails and workspace names on one line in mail headers and
+bodies (the templates' `finalize` also covers `join` output) and `& < >`-escaped in Slack
+text (no `link_names` is sent); an email channel's addresses must read back as
+themselves. SSO compares `allowed_domains` with the lower-cased domain (a trailing dot,
+a subdomain or a quoted local part holding `@listed.domain` is another domain, refused).
 
 In process (the app and a real PostgreSQL).
 """
