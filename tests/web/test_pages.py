@@ -217,3 +217,9 @@ async def test_the_admin_form_dates_a_max_sample_gap_in_the_workspaces_zone(app,
     }
     page = (await client.get(saved.headers["location"])).text
     assert "120 s from the start; 300 s from 2026-07-01 10:00" in page
+    # A form that changes the zone too dates the value in the zone it sets.
+    moved = form | {"maxSampleGapSeconds": "600", "maxSampleGapFrom": "2026-08-01T10:00"}
+    saved = await client.post("/w/acme/admin/settings", data=moved | {"timezone": "Asia/Tokyo"})
+    assert saved.status_code == 303, saved.text
+    settings = (await client.get("/api/v1/workspaces/acme/settings", headers=acme.auth())).json()
+    assert settings["maxSampleGapHistory"][-1]["from"] == "2026-08-01T01:00:00+00:00"
