@@ -77,6 +77,7 @@ async def _admin_page(
         ],
         "default_ttl": runtime.settings.enrollment_token_ttl_hours,
         "board_url": board_url(request, runtime),
+        "public_url_set": bool(runtime.settings.public_url),
         "notice": NOTICES.get(request.query_params.get("notice", "")),
         "error": None,
         "issued": None,

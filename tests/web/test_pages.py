@@ -223,3 +223,26 @@ async def test_the_admin_form_dates_a_max_sample_gap_in_the_workspaces_zone(app,
     assert saved.status_code == 303, saved.text
     settings = (await client.get("/api/v1/workspaces/acme/settings", headers=acme.auth())).json()
     assert settings["maxSampleGapHistory"][-1]["from"] == "2026-08-01T01:00:00+00:00"
+
+
+async def test_an_issued_token_says_how_to_install_and_which_url_to_use(app, client) -> None:
+    """The enrollment instructions name the agents' install lines and Python, and, with no
+    public URL configured, that the URL shown is only what this browser used."""
+    await make_tenant(app, "acme")
+    await sign_in(client, "admin@acme.example")
+    csrf = csrf_of((await client.get("/w/acme/admin")).text)
+    issued = await client.post("/w/acme/admin/enrollment-tokens", data={"csrf_token": csrf})
+    page = issued.text
+    assert "python3.12 -m pip install gpu-usage-audit" in page
+    assert "Python 3.12 or newer" in page
+    assert 'id="url-hint"' in page and "GUA_BOARD_PUBLIC_URL" in page
+    app.state.runtime.settings.public_url = "https://gpus.example.org"
+    try:
+        csrf = csrf_of((await client.get("/w/acme/admin")).text)
+        page = (
+            await client.post("/w/acme/admin/enrollment-tokens", data={"csrf_token": csrf})
+        ).text
+    finally:
+        app.state.runtime.settings.public_url = None
+    assert "gua enroll --server-url https://gpus.example.org --enrollment-token" in page
+    assert 'id="url-hint"' not in page
