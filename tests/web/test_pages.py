@@ -235,7 +235,8 @@ async def test_an_issued_token_says_how_to_install_and_which_url_to_use(app, cli
     page = issued.text
     assert "python3.12 -m pip install gpu-usage-audit" in page
     assert "Python 3.12 or newer" in page
-    assert 'id="url-hint"' in page and "GUA_BOARD_PUBLIC_URL" in page
+    assert 'id="url-hint"' in page
+    assert "GUA_BOARD_PUBLIC_URL" in page
     app.state.runtime.settings.public_url = "https://gpus.example.org"
     try:
         csrf = csrf_of((await client.get("/w/acme/admin")).text)
