@@ -247,3 +247,15 @@ async def test_an_issued_token_says_how_to_install_and_which_url_to_use(app, cli
         app.state.runtime.settings.public_url = None
     assert "gua enroll --server-url https://gpus.example.org --enrollment-token" in page
     assert 'id="url-hint"' not in page
+
+
+async def test_the_people_link_is_offered_only_to_those_who_may_see_people(app, client) -> None:
+    """Finance sees no processes, so the fleet page offers it no "People" link."""
+    await make_tenant(app, "acme")
+    await sign_in(client, "member@acme.example")
+    assert 'href="/w/acme/people"' in (await client.get("/w/acme/")).text
+    client.cookies.clear()
+    await sign_in(client, "finance@acme.example")
+    fleet = await client.get("/w/acme/")
+    assert fleet.status_code == 200
+    assert 'href="/w/acme/people"' not in fleet.text
