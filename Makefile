@@ -17,13 +17,17 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[board,dev]'
 	touch $@
 
+# `make demo PORT=8765` when 8000 is taken.
+PORT ?= 8000
+
 demo: $(VENV)/.board
-	$(BIN)/gua-board demo
+	$(BIN)/gua-board demo --port $(PORT)
 
 serve: $(VENV)/.board
 	$(BIN)/gua-board serve
 
 test: $(VENV)/.dev
+	@bash tests/deps.sh
 	$(BIN)/pytest -n 2
 
 # Rewrites docs/screenshots/*.png from the browser tests (Debian's chromium).

@@ -34,6 +34,7 @@ from board.auth import tokens
 from board.auth.models import Membership, User
 from board.auth.passwords import hash_password
 from board.db import migrate
+from board.db.embedded import stop_embedded
 from board.db.urls import resolve_database_url
 from board.enrollment import service as enrollment
 from board.errors import NotFound
@@ -405,4 +406,18 @@ def run_demo(args: argparse.Namespace, settings: Settings) -> int:
         asyncio.run(serve_demo(settings, args.host, args.port, n_hosts, interval, ready))
     except KeyboardInterrupt:
         pass
+    print(_goodbye(settings), flush=True)  # noqa: T201 - says what was stopped and what stays
     return 0
+
+
+def _goodbye(settings: Settings) -> str:
+    """Stop what the demo started (the embedded PostgreSQL, when it used one) and say so."""
+    if settings.database_url:
+        return "Demo stopped. Its workspace stays in the configured database."
+    stopped = stop_embedded(settings.data_dir)
+    where = settings.data_dir
+    return (
+        ("Demo stopped, and its embedded PostgreSQL too. " if stopped else "Demo stopped. ")
+        + f"Its data (database, secret key, demo password) stays in {where}; "
+        + f"`make demo` reuses it, and `rm -rf '{where}'` removes it."
+    )

@@ -1,16 +1,31 @@
-"""Domain errors carry their HTTP status; one handler renders {"detail": "..."}."""
+"""Domain errors carry their HTTP status; one handler renders {"detail": "..."}.
+
+A database that is away (restarting, failing over, refusing connections) or cannot
+answer now is a 503 with Retry-After, never a 500: `as_unavailable` says which driver
+errors mean that, wherever they are raised (at connect, mid-transaction, at commit).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import psycopg
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
+from starlette.websockets import WebSocket
+
+log = logging.getLogger(__name__)
 
 # A 422 lists at most this many problems: a hostile body can hold thousands.
 MAX_LISTED_ERRORS = 20
+# What a 503 tells the client to wait: a PostgreSQL restart takes a few seconds.
+RETRY_AFTER_SECONDS = 5
+DATABASE_UNAVAILABLE = "The database is not available right now; retry in a few seconds."
 
 
 class DomainError(Exception):
@@ -58,6 +73,86 @@ class ServiceUnavailable(DomainError):
     status_code = 503
 
 
+# psycopg's OperationalError covers a lost or refused connection, a server shutting
+# down or recovering, and the pool's PoolTimeout (its subclass); also deadlocks and
+# cancelled statements, which a retry may get past as well. SQLAlchemy wraps each in
+# its own OperationalError; its TimeoutError is its pool's wait running out.
+TRANSIENT_DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+)
+
+
+def as_unavailable(exc: BaseException) -> ServiceUnavailable | None:
+    """The 503 a database error means when the database is away or cannot answer now;
+    None for any other error (a bug stays a 500)."""
+    if isinstance(exc, TRANSIENT_DATABASE_ERRORS):
+        return ServiceUnavailable(DATABASE_UNAVAILABLE)
+    return None
+
+
+def log_unavailable(connection: HTTPConnection, exc: BaseException) -> None:
+    """One line, not a traceback per request: an outage answers many of them."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    log.warning(
+        "database unavailable: %s %s answered 503 (%s: %s)",
+        connection.scope.get("method", "WEBSOCKET"),
+        connection.url.path,
+        type(exc).__name__,
+        first[:200],
+    )
+
+
+def error_headers(exc: DomainError) -> dict[str, str] | None:
+    """The headers an error's status calls for."""
+    if exc.status_code == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    if exc.status_code == 503:
+        return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return None
+
+
+# What a value refused by a `pattern` lacks, by pattern: pydantic's own words quote the
+# regular expression. Each pattern used on input is registered with its sentence (the
+# sentence once said "must not contain NUL" whatever the pattern, a team with a
+# right-to-left override or a Linux user name with a space included).
+_PATTERN_SENTENCES: dict[str, str] = {}
+
+
+def explained_pattern(pattern: str, sentence: str) -> str:
+    """`pattern`, registered with what a 422 says of a value that fails it."""
+    _PATTERN_SENTENCES[pattern] = sentence
+    return pattern
+
+
+NO_NUL = explained_pattern(r"^[^\x00]*$", "must not contain NUL (\\u0000) characters")
+NO_CONTROL = explained_pattern(
+    r"^[^\x00-\x1f\x7f]*$", "must not contain line breaks or other control characters"
+)
+# Bidirectional overrides and isolates make a name read as another on the pages (Trojan
+# Source, CVE-2021-42574).
+NO_CONTROL_OR_BIDI = explained_pattern(
+    r"^[^\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]*$",
+    "must not contain line breaks, other control characters or bidirectional control "
+    "characters (U+202A-U+202E, U+2066-U+2069)",
+)
+
+
+def _pattern_sentence(error: Any) -> str | None:
+    pattern = (error.get("ctx") or {}).get("pattern")
+    if pattern is None:
+        # Errors taken without their context (the ingest's) still quote it in pydantic's
+        # message: "String should match pattern '<pattern>'".
+        msg = str(error.get("msg", ""))
+        head, tail = "String should match pattern '", "'"
+        if msg.startswith(head) and msg.endswith(tail):
+            pattern = msg[len(head) : -len(tail)]
+    return _PATTERN_SENTENCES.get(str(pattern))
+
+
 def describe_validation_errors(errors: list[Any]) -> str:
     """One readable sentence from pydantic's error list (the agent shows only a string)."""
     if not errors:
@@ -66,7 +161,7 @@ def describe_validation_errors(errors: list[Any]) -> str:
     loc = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path"))
     msg = str(first.get("msg", "invalid value"))
     if first.get("type") == "string_pattern_mismatch":
-        msg = "must not contain NUL (\\u0000) characters"  # the only pattern the payloads use
+        msg = _pattern_sentence(first) or msg
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return f"{loc}: {msg}{more}" if loc else f"{msg}{more}"
 
@@ -74,9 +169,37 @@ def describe_validation_errors(errors: list[Any]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     async def domain(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, DomainError)
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         return JSONResponse(
-            {"detail": exc.detail, **exc.extra}, status_code=exc.status_code, headers=headers
+            {"detail": exc.detail, **exc.extra},
+            status_code=exc.status_code,
+            headers=error_headers(exc),
+        )
+
+    async def database(connection: HTTPConnection, exc: Exception) -> Response | None:
+        """Registered for TRANSIENT_DATABASE_ERRORS only, so every one is a 503."""
+        unavailable = ServiceUnavailable(DATABASE_UNAVAILABLE)
+        log_unavailable(connection, exc)
+        if isinstance(connection, WebSocket):
+            # Before the upgrade: a 503 where the server can answer one; else the
+            # close code that means "try again later".
+            if "websocket.http.response" in connection.scope.get("extensions", {}):
+                await connection.send_denial_response(
+                    JSONResponse(
+                        {"detail": unavailable.detail},
+                        status_code=503,
+                        headers=error_headers(unavailable),
+                    )
+                )
+            else:
+                await connection.close(code=1013)
+            return None
+        # A page answers with a page (board/web/render.py: PageRoute.render_error).
+        render_error = getattr(connection.scope.get("route"), "render_error", None)
+        if render_error is not None and isinstance(connection, Request):
+            response: Response = render_error(connection, unavailable)
+            return response
+        return JSONResponse(
+            {"detail": unavailable.detail}, status_code=503, headers=error_headers(unavailable)
         )
 
     async def validation(_: Request, exc: Exception) -> JSONResponse:
@@ -99,3 +222,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DomainError, domain)
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(StarletteHTTPException, http)
+    for kind in TRANSIENT_DATABASE_ERRORS:
+        app.add_exception_handler(kind, database)  # type: ignore[arg-type]

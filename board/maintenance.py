@@ -1,7 +1,8 @@
 """The server's maintenance schedule: at start and then every interval.
 
 Each run creates and drops raw partitions (board.partitions), deletes expired rollup
-hours and audit events (board.audit) and recomputes dirty day rollups (board.rollups).
+hours and audit events (board.audit), never younger than the operator's floor
+(min_retention_days) whatever a workspace sets, and recomputes dirty day rollups (board.rollups).
 It lives above them so that none has to import another.
 
 With several board processes on one database the schedule runs in one of them only,
@@ -24,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from board.audit.service import delete_expired as drop_expired_audit_events
 from board.db.urls import libpq_url
+from board.errors import as_unavailable
 from board.metrics.registry import maintenance_failures, maintenance_leader, maintenance_runs
 from board.partitions.compaction import compact_closed_days
 from board.partitions.maintenance import run_maintenance
@@ -69,9 +71,11 @@ async def maintain_once(process: MaintainedProcess) -> None:
             )
             # Closed days of raw history into one row per host and hour.
             await compact_closed_days(conn)
-            await drop_expired_rollups(conn)
-            # The audit log is kept as long as the workspace's rollups (retention_days).
-            await drop_expired_audit_events(conn)
+            # Rollups and the audit log: the workspace's retention_days, but at least the
+            # operator's floor (a workspace admin must not erase the trail or the billing).
+            floor = process.settings.min_retention_days
+            await drop_expired_rollups(conn, min_days=floor)
+            await drop_expired_audit_events(conn, min_days=floor)
             await refresh_day_rollups(conn)
         finally:
             await conn.set_autocommit(False)
@@ -114,9 +118,12 @@ async def _lead(process: MaintainedProcess, conn: psycopg.AsyncConnection[Any]) 
         try:
             await maintain_once(process)
             maintenance_runs.inc()
-        except Exception:
+        except Exception as exc:
             maintenance_failures.inc()
-            log.exception("maintenance failed; will retry")
+            if as_unavailable(exc) is None:
+                log.exception("maintenance failed; will retry")
+            else:
+                log.warning("maintenance failed, the database is unavailable (%s)", exc)
         next_run = time.monotonic() + settings.maintenance_interval_seconds
         while (left := next_run - time.monotonic()) > 0:
             await asyncio.sleep(min(left, settings.maintenance_leader_retry_seconds))

@@ -26,6 +26,10 @@ from board.notices.worker import Notices
 from board.settings import Settings
 from board.stream.hub import StreamHub
 
+# How long a request waits for a raw pool connection before its 503.
+POOL_WAIT_SECONDS = 5.0
+RECONNECT_SECONDS = 20.0
+
 
 async def _transactional(conn: psycopg.AsyncConnection[Any]) -> None:
     """Every connection goes back to the pool in transaction mode: a user that switched
@@ -73,7 +77,19 @@ class Runtime:
     def create(cls, settings: Settings, database_url: str) -> Runtime:
         engine = make_engine(database_url, pool_size=settings.db_pool_size)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            libpq_url(database_url), min_size=1, max_size=6, open=False, reset=_transactional
+            libpq_url(database_url),
+            min_size=1,
+            max_size=6,
+            open=False,
+            reset=_transactional,
+            # Survives a database restart: a connection is checked as it is handed out
+            # (one that died while idle is replaced, not failed in a request), a wait
+            # for one ends in a 503 before an agent's own 10 s timeout, and reconnection
+            # gives up within RECONNECT_SECONDS and starts afresh at the next request
+            # (psycopg_pool's doubling delay would otherwise lag an outage by its length).
+            check=AsyncConnectionPool.check_connection,
+            timeout=POOL_WAIT_SECONDS,
+            reconnect_timeout=RECONNECT_SECONDS,
         )
         writer = IngestWriter(pool, max_batch=settings.ingest_max_batch)
         sessions = make_sessionmaker(engine)

@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     # Signs session cookies. When unset, a random key is generated once and kept in data_dir.
     secret_key: str | None = None
     raw_retention_days: int = Field(default=35, ge=2, le=3650)
+    # The audit log and the rollups (what finance bills from) are kept at least this long,
+    # whatever a workspace's retentionDays says: a workspace admin can lengthen their
+    # keeping, never shorten it below the operator's floor (and so never erase a trail).
+    min_retention_days: int = Field(default=400, ge=1, le=3650)
     partitions_ahead_days: int = Field(default=3, ge=1, le=60)
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_future_seconds: int = Field(default=300, ge=0, le=3600)

@@ -32,7 +32,7 @@ from board.archives.backfill import (
 )
 from board.archives.csvfile import MAX_DEVICE_ROWS, ArchiveReader, Limits
 from board.archives.storage import ArchiveStore, make_store, open_object
-from board.errors import DomainError
+from board.errors import DomainError, as_unavailable
 from board.ingest.store import Outcome
 from board.rollups.crediting import to_us
 from board.settings import Settings
@@ -106,8 +106,11 @@ class Archives:
                     continue
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("archive back-fill worker failed; retrying")
+            except Exception as exc:
+                if as_unavailable(exc) is None:
+                    log.exception("archive back-fill worker failed; retrying")
+                else:  # one line per poll while the database is away, not a traceback
+                    log.warning("archive back-fill waits for the database (%s)", exc)
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
             # that lands as the event fires, and stop() would then wait forever.
             with suppress(TimeoutError):

@@ -1,21 +1,12 @@
-"""Where a request came from, for the audit log."""
+"""Where a request came from, for the audit log.
+
+The resolver lives in the kit (board.auth.deps), since every request's WorkspaceContext
+carries the address; it is named here too for the routes that record events of a person
+rather than of a workspace context (sign-ins).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from board.auth.deps import ClientAddressDep, client_address
 
-from fastapi import Depends
-from starlette.requests import HTTPConnection
-
-
-def client_address(connection: HTTPConnection) -> str:
-    """The client's address as the server resolved it.
-
-    uvicorn rewrites it from X-Forwarded-For only when the peer is a trusted proxy
-    (its forwarded_allow_ips setting, as for every other use of the address in the
-    board), so a client cannot write a made-up address into the log.
-    """
-    return connection.client.host if connection.client else "unknown"
-
-
-ClientAddressDep = Annotated[str, Depends(client_address)]
+__all__ = ["ClientAddressDep", "client_address"]

@@ -4,23 +4,23 @@ How to record an admin action (the stable entry point for every domain)::
 
     from board.audit.service import record
 
-    await record(session, ctx, "member.added", target=email, detail={"role": role},
-                 address=address)
+    await record(session, ctx, "member.added", target=email, detail={"role": role})
 
 ``record(session, ctx, action, *, target=None, detail=None, address=None) -> None``
 
 - ``session``: the request's AsyncSession. The row is only added to it, so it is written
   in the same transaction as the action and vanishes with it if the action fails.
-- ``ctx``: the acting admin's ``WorkspaceContext`` (board.auth.deps): workspace, user id
-  and email are taken from it.
+- ``ctx``: the acting admin's ``WorkspaceContext`` (board.auth.deps): workspace, user id,
+  email and the client address are taken from it. The request's dependencies build it
+  with the address, so no entry can lack one.
 - ``action``: ``"<thing>.<what happened>"`` in lower case, e.g. ``"host.revoked"``.
 - ``target``: what was acted on, in words an admin recognises (an email, a token
   prefix, a host id); never a secret.
 - ``detail``: a few scalar values (str, int, float, bool, None). Keys that name a
   password or secret, or a token other than its public prefix, are dropped, and so is
   any value that looks like a board token: the log never holds one.
-- ``address``: the client address; routes get it from ``ClientAddressDep``
-  (board.audit.deps), which honours the server's trusted-proxy setting.
+- ``address``: needless: ``ctx.client_address`` is used when it is not given (routes
+  written before the context carried it still pass ``ClientAddressDep``'s, the same value).
 
 Sign-ins belong to a person, not a workspace: ``record_for_person`` writes one row in each
 workspace the person belongs to, so each of their admins sees it and no other.
@@ -99,7 +99,7 @@ async def record(
         email=ctx.email,
         target=target,
         detail=detail,
-        address=address,
+        address=address if address is not None else ctx.client_address,
     )
 
 
@@ -204,16 +204,20 @@ async def list_events(
     return events, (str(rows[-1].id) if more and rows else None)
 
 
-async def delete_expired(conn: psycopg.AsyncConnection[Any], now: datetime | None = None) -> int:
-    """Events older than their workspace's rollup retention (retention_days) go."""
+async def delete_expired(
+    conn: psycopg.AsyncConnection[Any], *, min_days: int, now: datetime | None = None
+) -> int:
+    """Events older than their workspace's retention_days, and never younger than
+    `min_days` (the operator's floor), go: an admin cannot erase the trail by setting
+    retentionDays=1."""
     cur = await conn.execute(
         """
         DELETE FROM audit_events a
         USING workspaces w
         WHERE a.workspace_id = w.id
-          AND a.at < %(now)s - make_interval(days => w.retention_days)
+          AND a.at < %(now)s - make_interval(days => GREATEST(w.retention_days, %(floor)s))
         """,
-        {"now": now or datetime.now(UTC)},
+        {"now": now or datetime.now(UTC), "floor": min_days},
     )
     if cur.rowcount:
         log.info("audit retention: deleted %d events", cur.rowcount)

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Path, Request
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.requests import HTTPConnection
 
 from board.auth import tokens
 from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
@@ -18,12 +19,28 @@ from board.errors import Forbidden, NotFound, Unauthorized
 from board.settings import SettingsDep
 
 
+def client_address(connection: HTTPConnection) -> str:
+    """The client's address as the server resolved it.
+
+    uvicorn rewrites it from X-Forwarded-For only when the peer is a trusted proxy
+    (its forwarded_allow_ips setting, as for every other use of the address in the
+    board), so a client cannot write a made-up address into the log.
+    """
+    return connection.client.host if connection.client else "unknown"
+
+
+ClientAddressDep = Annotated[str, Depends(client_address)]
+
+
 @dataclass(frozen=True)
 class WorkspaceContext:
     workspace: Workspace
     user_id: int
     email: str
     role: str
+    # Where the request came from: every audit entry written with this context says so
+    # (board.audit.service.record reads it), so no action can forget to.
+    client_address: str
 
     @property
     def workspace_id(self) -> int:
@@ -39,7 +56,9 @@ class WorkspaceContext:
 
 
 async def token_context(
-    session: SessionDep, authorization: Annotated[str | None, Header()] = None
+    session: SessionDep,
+    address: ClientAddressDep,
+    authorization: Annotated[str | None, Header()] = None,
 ) -> WorkspaceContext:
     """The membership a personal API token belongs to (a token is scoped to one workspace)."""
     secret = tokens.bearer(authorization)
@@ -66,7 +85,9 @@ async def token_context(
     if row is None:
         raise Unauthorized("This API token is not valid.")
     workspace, user_id, email, role = row
-    return WorkspaceContext(workspace=workspace, user_id=user_id, email=email, role=role)
+    return WorkspaceContext(
+        workspace=workspace, user_id=user_id, email=email, role=role, client_address=address
+    )
 
 
 TokenDep = Annotated[WorkspaceContext, Depends(token_context)]
@@ -99,8 +120,11 @@ MemberDep = Annotated[WorkspaceContext, Depends(_with_role("admin", "member"))]
 ReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*ROLES))]
 
 
-async def member_context(session: AsyncSession, slug: str, user_id: int) -> WorkspaceContext:
-    """A signed-in person (web session) in the workspace of the URL; not a member is 404."""
+async def member_context(
+    session: AsyncSession, slug: str, user_id: int, address: str
+) -> WorkspaceContext:
+    """A signed-in person (web session) in the workspace of the URL, calling from
+    `address`; not a member is 404."""
     if "\x00" in slug:  # a form field, not the URL: no slug holds one (PostgreSQL text can't)
         raise NotFound("No such workspace.")
     row = (
@@ -115,7 +139,9 @@ async def member_context(session: AsyncSession, slug: str, user_id: int) -> Work
     if row is None:
         raise NotFound("No such workspace.")
     workspace, email, role = row
-    return WorkspaceContext(workspace=workspace, user_id=user_id, email=email, role=role)
+    return WorkspaceContext(
+        workspace=workspace, user_id=user_id, email=email, role=role, client_address=address
+    )
 
 
 async def memberships_of(session: AsyncSession, user_id: int) -> list[tuple[str, str, str]]:

@@ -1,4 +1,4 @@
-"""`gua-board`: the command line named in board-api.md."""
+"""`gua-board`: serve, administer and maintain a GUA Board (see docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -91,9 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.set_defaults(func=commands.rollups_rebuild)
 
     demo = sub.add_parser("demo", help="serve with a demo workspace and simulated hosts")
-    demo.add_argument("--host", default="127.0.0.1")
-    demo.add_argument("--port", type=port, default=8000)
-    demo.add_argument("--hosts", type=whole, default=4, help="simulated hosts")
+    demo.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    demo.add_argument("--port", type=port, default=8000, help="port to listen on")
+    demo.add_argument("--hosts", type=whole, default=4, help="simulated hosts (at most 50)")
     demo.add_argument(
         "--interval", type=positive_seconds, default=5.0, help="seconds between pushes"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -28,3 +29,33 @@ def embedded_database_url(data_dir: Path) -> str:
     uri: str = server.get_uri()
     log.info("using embedded PostgreSQL under %s", pgdata)
     return uri
+
+
+def stop_embedded(data_dir: Path) -> bool:
+    """Stop the embedded PostgreSQL under data_dir, whoever started it; True when it ran.
+
+    A command that started it (the demo) stops it on its way out: left running, its six
+    processes outlived the command. pgserver's own handle count cannot decide that here:
+    every `gua-board` command registers with it and one killed abruptly never leaves.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
+        from pgserver.postgres_server import PostgresServer
+
+    pgdata = (data_dir / "pgdata").expanduser().resolve()
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    server = PostgresServer._instances.get(pgdata)
+    user = server.system_user if server is not None else _system_user()
+    try:
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    except Exception:  # already stopped, or not ours to stop: nothing to clean up
+        log.warning("could not stop the embedded PostgreSQL under %s", pgdata)
+        return False
+    return True
+
+
+def _system_user() -> str | None:
+    # pgserver runs PostgreSQL as its own user when started by root (initdb refuses root).
+    return "pgserver" if os.name == "posix" and os.geteuid() == 0 else None

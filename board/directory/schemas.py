@@ -7,10 +7,15 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from board.errors import NO_CONTROL_OR_BIDI, NO_NUL, explained_pattern
 from board.readmodels import IsoTime, ReadModel
 
-# A POSIX-ish account name, as `ps` shows it.
-LINUX_USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,62}\$?$"
+# A POSIX-ish account name, as `ps` shows it (the bookings' linuxUsers too).
+LINUX_USER_PATTERN = explained_pattern(
+    r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,62}\$?$",
+    "is not a valid Linux user name: letters, digits, '_', '.' or '-' (not first), "
+    "at most 63 of them, and maybe a final '$'",
+)
 Team = Annotated[
     str,
     StringConstraints(
@@ -19,10 +24,10 @@ Team = Annotated[
         max_length=100,
         # No control characters, and no bidirectional overrides or isolates, which make a
         # name read as another on the pages (Trojan Source, CVE-2021-42574).
-        pattern=r"^[^\x00-\x1f\x7f\u202a-\u202e\u2066-\u2069]*$",
+        pattern=NO_CONTROL_OR_BIDI,
     ),
 ]
-Email = Annotated[str, StringConstraints(min_length=3, max_length=320, pattern=r"^[^\x00]*$")]
+Email = Annotated[str, StringConstraints(min_length=3, max_length=320, pattern=NO_NUL)]
 
 
 class DirectoryEntryOut(ReadModel):

@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from board.edge import read_body
-from board.errors import DomainError
+from board.errors import DomainError, as_unavailable
 from board.ingest import service
 from board.ingest.store import Outcome
 from board.metrics.registry import observations_accepted, observations_rejected, rejection_label
@@ -40,6 +40,11 @@ async def observations(request: Request) -> JSONResponse:
         response = await store_observation(request)
     except (DomainError, HTTPException) as exc:
         observations_rejected.labels(reason=rejection_reason(exc)).inc()
+        raise
+    except Exception as exc:
+        # The database away while the token was looked up: the app's handler answers 503.
+        if as_unavailable(exc) is not None:
+            observations_rejected.labels(reason=rejection_label("unavailable")).inc()
         raise
     observations_accepted.inc()
     return response

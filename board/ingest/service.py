@@ -17,6 +17,7 @@ from board.errors import (
     ServiceUnavailable,
     Unauthorized,
     Unprocessable,
+    as_unavailable,
     describe_validation_errors,
 )
 from board.hosts.rejections import record_rejection, safe_text
@@ -136,8 +137,9 @@ async def accept_observation(
             runtime.pool, workspace_id, host_id, "too_many_gpus", exc.detail, now
         )
         raise
-    except Exception:
-        log.exception("could not store observation for host %s", host_id)
+    except Exception as exc:
+        if as_unavailable(exc) is None:  # the writer logged a database outage already
+            log.exception("could not store observation for host %s", host_id)
         raise ServiceUnavailable(
             "The board could not store the observation; retry later."
         ) from None

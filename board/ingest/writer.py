@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from board.errors import as_unavailable
 from board.ingest.gpuids import GpuInfo, GpuKey, TooManyGpus
 from board.ingest.normalize import Observation
 from board.ingest.store import Outcome, store_batch
@@ -102,6 +103,15 @@ class IngestWriter:
         try:
             outcomes = await self._transaction([item.observation for item in batch], prepared)
         except Exception as exc:
+            if as_unavailable(exc) is not None:
+                # The database is away (or cannot answer now): each push is answered
+                # 503 at once, where retrying them one by one would make each wait for
+                # a connection in turn. The agents keep them and push them again.
+                log.warning("storing %d observation(s) failed: %s", len(batch), exc)
+                for item in batch:
+                    if not item.answer.done():
+                        item.answer.set_exception(exc)
+                return
             if len(batch) == 1:
                 log.exception("storing an observation failed")
                 if not batch[0].answer.done():

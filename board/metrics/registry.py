@@ -53,11 +53,17 @@ report_seconds = Histogram(
     ["report"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-# Defined now for the notices feature (e-mail, webhooks), which increments them.
+# The notices' channels (notice_channels.kind), incremented by board/notices/outbox.py.
+NOTICE_CHANNELS = ("email", "slack", "webhook")
 notices_delivered = Counter(
     "gua_board_notices_delivered", "Notices delivered (e-mail or webhook).", ["channel"]
 )
 notices_failed = Counter("gua_board_notices_failed", "Notice deliveries that failed.", ["channel"])
+# Every series exists at 0 from the start: a rate over a series born at its first
+# increment misses that increment, and "none delivered" must be a 0, not no data.
+for _channel in NOTICE_CHANNELS:
+    notices_delivered.labels(channel=_channel)
+    notices_failed.labels(channel=_channel)
 # stage: "detect" (a workspace's episodes) or "digest" (its daily digest); never a slug.
 notices_pass_failures = Counter(
     "gua_board_notices_pass_failures",

@@ -4,7 +4,8 @@ FOCUS (the FinOps Open Cost and Usage Specification) is what FinOps tools import
 column version 1.2 marks Mandatory is filled (docs/money.md lists where each value comes
 from); custom columns carry the `x_` prefix the specification asks for. The costs are
 the board's own chargeback figures: there is no invoice behind them, so ListCost,
-EffectiveCost, BilledCost and ContractedCost are the same number.
+EffectiveCost, BilledCost and ContractedCost are the same number, and InvoiceId is
+present and null (FOCUS: null when a charge is not associated with an invoice).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ OPTIONAL: dict[str, str] = {
     "ChargeFrequency": "String",
     "ConsumedQuantity": "Decimal",
     "ConsumedUnit": "String",
+    # Recommended: present in every row, null while no invoice stands behind a cost.
+    "InvoiceId": "String",
     "PricingCategory": "String",
     "ServiceSubcategory": "String",
 }
@@ -174,6 +177,7 @@ def focus_row(
         "Usage-Based",  # ChargeFrequency
         quantity,  # ConsumedQuantity
         UNIT,  # ConsumedUnit
+        None,  # InvoiceId: statements are computed, never issued, so none has an id
         "Standard",  # PricingCategory
         "Other (Compute)",  # ServiceSubcategory
         team,  # x_Team

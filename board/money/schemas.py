@@ -10,13 +10,12 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from board.errors import NO_CONTROL
 from board.readmodels import IsoTime, ReadModel
 
 MAX_PRICES = 500
 # A GPU's name as its agent reports it ("NVIDIA A100-SXM4-80GB"), or "*".
-GpuModel = Annotated[
-    str, StringConstraints(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")
-]
+GpuModel = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=NO_CONTROL)]
 # A decimal string in ASCII digits: Decimal() alone also reads "1_0" as 10 and "١" or
 # "１" (Arabic-Indic, full-width) as 1.
 _DECIMAL_TEXT = re.compile(r" *[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)? *", re.ASCII)

@@ -91,10 +91,13 @@ async def try_lock(session: AsyncSession, workspace_id: int) -> bool:
     return bool(got)
 
 
-def gpu_link(public_url: str | None, slug: str, host_public: str, uuid: str | None) -> str | None:
+def gpu_link(public_url: str | None, slug: str, host_public: str, index: object) -> str | None:
+    """The GPU on the board, from ids only (the host's id the board made, the GPU's index):
+    a uuid or name is what a host reported, and in a link it wrote Slack markup and mail
+    lines of its own."""
     if not public_url:
         return None
-    anchor = f"#gpu-{uuid}" if uuid else ""
+    anchor = f"#gpu-{index}" if isinstance(index, int) and not isinstance(index, bool) else ""
     return f"{public_url.rstrip('/')}/w/{slug}/hosts/{host_public}{anchor}"
 
 
@@ -184,7 +187,7 @@ async def observe(
             since = from_us(int(rest[0])) if rest else None
             users = sorted(set(holders))
             gpu = {"uuid": uuid, "index": index, "name": name}
-            link = gpu_link(public_url, ws.slug, str(public), uuid)
+            link = gpu_link(public_url, ws.slug, str(public), index)
             if gpu_state == "idle_held" and since is not None:
                 emails = sorted({directory[u] for u in users if u in directory})
                 add(

@@ -7,6 +7,7 @@ from email.message import EmailMessage
 from email.utils import make_msgid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
@@ -17,6 +18,19 @@ def one_line(text: str) -> str:
     a header with any line break (one would stop every mail about that GPU), and in a body
     a name with line breaks wrote lines of its own ("On the board: <another link>")."""
     return "".join(c if c.isprintable() else " " for c in text)
+
+
+# What a link keeps as it is: RFC 3986's unreserved and reserved characters (and `%`, so
+# an escape stays one). Anything else, a space, `<`, `>`, `|`, `"` or a non-ASCII letter,
+# is percent-encoded, so a link is one token: in Slack it cannot end early and start a
+# mention or a link of its own, in mail it cannot carry text after it.
+_LINK_SAFE = "!#$&'()*+,/:;=?@[]~%"
+
+
+def link(url: object) -> str:
+    """A link as printed: the board builds its links from ids, and this keeps one that
+    was stored otherwise (an event queued before that rule) from becoming markup."""
+    return quote(str(url), safe=_LINK_SAFE)
 
 
 def _printed(value: object) -> object:
@@ -32,6 +46,7 @@ _TEXT = Environment(
     keep_trailing_newline=True,
     finalize=_printed,
 )
+_TEXT.filters["link"] = link
 
 _HEADLINES = {
     "gpu.idle_held": "GPU idle-held",
@@ -105,9 +120,15 @@ def _slack_line(value: object) -> str:
     return _slack_escape(one_line(str(value)))
 
 
+def _slack_link(url: str, label: str) -> str:
+    """Slack's `<url|label>`; the url as one token (link), `&` escaped as Slack asks."""
+    return f"<{_slack_escape(link(url))}|{label}>"
+
+
 def slack(body: dict[str, Any], snooze_url: str | None) -> dict[str, Any]:
     """An incoming-webhook message: a readable line, the details, links to the GPU and
-    to the snooze page."""
+    to the snooze page. Every reported or member-written string is escaped (`& < >`), so
+    it can form no mention (`<!channel>`) and no link; the digest goes as escaped text."""
     data = body.get("data", {})
     lines = [f"*{_slack_line(headline(body))}*"]
     if body.get("type") not in ("digest.daily", "test"):
@@ -116,9 +137,9 @@ def slack(body: dict[str, Any], snooze_url: str | None) -> dict[str, Any]:
         if booking:
             lines.append(f"booked by {_slack_line(booking.get('memberEmail'))}")
         if data.get("url"):
-            lines.append(f"<{data['url']}|Open on the board>")
+            lines.append(_slack_link(data["url"], "Open on the board"))
         if snooze_url:
-            lines.append(f"<{snooze_url}|Snooze this GPU>")
+            lines.append(_slack_link(snooze_url, "Snooze this GPU"))
     else:
         lines.append(_slack_escape(text_body(body, None)))
     return {"text": "\n".join(lines)}

@@ -30,18 +30,51 @@ from board.notices.senders import Outcome, backoff, parse_smtp_url, post_json, s
 from board.notices.snooze import snooze_token
 from board.settings import Settings
 
+# At most this many of one workspace's deliveries are being sent at once, counted over
+# every board process (the unexpired claims in the table): a workspace whose receiver
+# accepts and never answers holds its own few sends, never the others' (docs/notices.md).
+PER_WORKSPACE = 4
+# The first key of the two-key advisory lock claims are made under ("notd").
+CLAIM_LOCK = 0x6E6F7464
+
+# Fair by workspace: each workspace with due rows offers at most its room (PER_WORKSPACE
+# less its live claims), oldest first and locked with SKIP LOCKED; of those, the first of
+# every workspace come before any workspace's second, and so on, up to the limit.
 _CLAIM = """
+    WITH live AS (
+        SELECT workspace_id, count(*) AS sending FROM notice_deliveries
+        WHERE status = 'sending' AND lease_until >= now()
+        GROUP BY workspace_id
+    ), due AS (
+        SELECT DISTINCT workspace_id FROM notice_deliveries
+        WHERE (status = 'pending' AND next_attempt_at <= now())
+           OR (status = 'sending' AND lease_until < now())
+    ), offered AS (
+        SELECT o.workspace_id, o.id, o.next_attempt_at,
+               row_number() OVER (
+                   PARTITION BY o.workspace_id ORDER BY o.next_attempt_at, o.id
+               ) AS turn
+        FROM due
+        LEFT JOIN live ON live.workspace_id = due.workspace_id
+        CROSS JOIN LATERAL (
+            SELECT workspace_id, id, next_attempt_at FROM notice_deliveries d
+            WHERE d.workspace_id = due.workspace_id
+              AND ((d.status = 'pending' AND d.next_attempt_at <= now())
+                   OR (d.status = 'sending' AND d.lease_until < now()))
+            ORDER BY d.next_attempt_at, d.id
+            LIMIT GREATEST(%(per_workspace)s - COALESCE(live.sending, 0), 0)
+            FOR UPDATE SKIP LOCKED
+        ) o
+    ), taken AS (
+        SELECT workspace_id, id FROM offered
+        ORDER BY turn, next_attempt_at, id
+        LIMIT %(limit)s
+    )
     UPDATE notice_deliveries d
     SET status = 'sending', attempts = d.attempts + 1, last_attempt_at = now(),
         lease_until = now() + make_interval(secs => %(lease)s)
-    WHERE (d.workspace_id, d.id) IN (
-        SELECT workspace_id, id FROM notice_deliveries
-        WHERE (status = 'pending' AND next_attempt_at <= now())
-           OR (status = 'sending' AND lease_until < now())
-        ORDER BY next_attempt_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    )
+    FROM taken
+    WHERE d.workspace_id = taken.workspace_id AND d.id = taken.id
     RETURNING d.workspace_id, d.id, d.attempts
 """
 
@@ -78,10 +111,21 @@ class Claimed:
     person_left: bool = False
 
 
-async def claim(conn: psycopg.AsyncConnection[Any], limit: int, lease: float) -> list[Claimed]:
-    """Take up to `limit` due deliveries (the connection is in autocommit)."""
-    cur = await conn.execute(_CLAIM, {"lease": lease, "limit": limit})
-    keys = [id_ for _, id_, _ in await cur.fetchall()]
+async def claim(
+    conn: psycopg.AsyncConnection[Any],
+    limit: int,
+    lease: float,
+    per_workspace: int = PER_WORKSPACE,
+) -> list[Claimed]:
+    """Take up to `limit` due deliveries, fairly by workspace, none beyond a workspace's
+    `per_workspace` sends at once (the connection is in autocommit)."""
+    params = {"lease": lease, "limit": limit, "per_workspace": per_workspace}
+    # Claims queue behind one lock (a claim takes milliseconds): two processes claiming at
+    # once would each count the same live sends and together pass a workspace's share.
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", [CLAIM_LOCK])
+        cur = await conn.execute(_CLAIM, params)
+        keys = [id_ for _, id_, _ in await cur.fetchall()]
     if not keys:
         return []
     cur = await conn.execute(_CLAIMED, [keys])

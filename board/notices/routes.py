@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from board.audit.deps import ClientAddressDep
 from board.audit.service import record
@@ -55,12 +55,21 @@ async def remove_channel(
     return Response(status_code=204)
 
 
-@router.post("/notification-channels/{channel_id}/test", status_code=202, response_model=QueuedTest)
+@router.post(
+    "/notification-channels/{channel_id}/test",
+    status_code=202,
+    response_model=QueuedTest,
+    responses={429: {"description": "The channel's or the workspace's test notices for now."}},
+)
 async def send_test_notice(
     channel_id: ChannelId, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> QueuedTest:
     channel_id = service.canonical_channel_id(channel_id)
-    queued = await service.send_test(session, ctx, channel_id)
+    try:
+        queued = await service.send_test(session, ctx, channel_id)
+    except service.TestsLimited as exc:
+        headers = {"Retry-After": str(exc.retry_after)}
+        raise HTTPException(429, exc.detail, headers=headers) from None
     await record(session, ctx, "notices.test_sent", target=channel_id, address=address)
     return queued
 

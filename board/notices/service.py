@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import base64
+import math
 import secrets
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 from sqlalchemy import select, text
@@ -13,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth.deps import WorkspaceContext
 from board.auth.emails import mailable, plausible_email
-from board.errors import Conflict, NotFound, Unprocessable
+from board.errors import Conflict, NotFound, TooManyRequests, Unprocessable
 from board.notices.events import DEFAULT_EVENTS, EVENT_TYPES, TEST_TYPE, enqueue
 from board.notices.models import NoticeChannel, NoticeDelivery, NoticeEvent
 from board.notices.schemas import ChannelIn, ChannelOut, CreatedChannel, DeliveryOut, QueuedTest
@@ -23,6 +24,33 @@ from board.settings import Settings
 
 MAX_CHANNELS = 50
 DELIVERIES_SHOWN = 200
+# "Send a test" is a person checking a channel: this many per channel, and per workspace,
+# in any TEST_WINDOW. Beyond them a workspace could fill the outbox (and the delivery
+# workers) with tests to a receiver that never answers.
+TEST_WINDOW = timedelta(minutes=10)
+TESTS_PER_CHANNEL = 5
+TESTS_PER_WORKSPACE = 20
+# The first key of pg_advisory_xact_lock(key, workspace): a workspace's channel and test
+# counts are read and acted on under it, so concurrent requests cannot each see room for
+# one more (30 at once stored 65 channels under a cap of 50). Two-key locks never meet
+# the board's single-bigint ones (the detector's).
+CONFIG_LOCK = 0x6E6F7463  # "notc"
+
+
+class TestsLimited(TooManyRequests):
+    """A test notice refused for now; `retry_after` (seconds) is when one may be queued."""
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
+async def _lock_workspace_channels(session: AsyncSession, workspace_id: int) -> None:
+    """Held until the request's transaction ends (commit or rollback)."""
+    await session.execute(
+        text("SELECT pg_advisory_xact_lock(:key, :ws)"),
+        {"key": CONFIG_LOCK, "ws": workspace_id & 0x7FFFFFFF},
+    )
 
 
 def _shown_url(channel: NoticeChannel) -> str | None:
@@ -67,6 +95,7 @@ def _emails(sent: list[str] | None) -> list[str]:
 async def create_channel(
     session: AsyncSession, ctx: WorkspaceContext, body: ChannelIn, settings: Settings
 ) -> CreatedChannel:
+    await _lock_workspace_channels(session, ctx.workspace_id)
     count = await session.scalar(
         text(
             "SELECT count(*) FROM notice_channels WHERE workspace_id = :ws AND deleted_at IS NULL"
@@ -150,15 +179,60 @@ async def remove_channel(session: AsyncSession, ctx: WorkspaceContext, channel_i
     channel.sealed_url = None
 
 
+_RECENT_TESTS = text(
+    """
+    SELECT count(*) FILTER (WHERE d.channel_id = :channel),
+           min(e.occurred_at) FILTER (WHERE d.channel_id = :channel),
+           count(*), min(e.occurred_at)
+    FROM notice_events e
+    JOIN notice_deliveries d ON d.workspace_id = e.workspace_id AND d.event_id = e.id
+    WHERE e.workspace_id = :ws AND e.type = 'test' AND e.occurred_at > :since
+    """
+)
+
+
+async def _check_test_allowed(
+    session: AsyncSession, workspace_id: int, channel_id: int, now: datetime
+) -> None:
+    """A TestsLimited when the channel, or the workspace, had its tests of the window.
+    Removed channels' tests still count towards the workspace's."""
+    row = (
+        await session.execute(
+            _RECENT_TESTS, {"ws": workspace_id, "channel": channel_id, "since": now - TEST_WINDOW}
+        )
+    ).one()
+    on_channel, channel_oldest, in_workspace, workspace_oldest = row
+    minutes = int(TEST_WINDOW.total_seconds() // 60)
+    if on_channel >= TESTS_PER_CHANNEL:
+        oldest, detail = (
+            channel_oldest,
+            f"This channel was sent {TESTS_PER_CHANNEL} test notices in the last "
+            f"{minutes} minutes, the most it may be sent",
+        )
+    elif in_workspace >= TESTS_PER_WORKSPACE:
+        oldest, detail = (
+            workspace_oldest,
+            f"This workspace sent {TESTS_PER_WORKSPACE} test notices in the last "
+            f"{minutes} minutes, the most it may send",
+        )
+    else:
+        return
+    wait = max(1, math.ceil((oldest + TEST_WINDOW - now).total_seconds()))
+    raise TestsLimited(f"{detail}; try again in {wait} seconds.", wait)
+
+
 async def send_test(session: AsyncSession, ctx: WorkspaceContext, channel_id: str) -> QueuedTest:
     channel = await find_channel(session, ctx.workspace_id, channel_id)
+    await _lock_workspace_channels(session, ctx.workspace_id)
+    now = datetime.now(UTC)
+    await _check_test_allowed(session, ctx.workspace_id, channel.id, now)
     data = {
         "workspace": {"slug": ctx.workspace.slug, "name": ctx.workspace.name},
         "channelId": str(channel.public_id),
         "requestedBy": ctx.email,
     }
     event_id = await enqueue(
-        session, ctx.workspace_id, TEST_TYPE, data, datetime.now(UTC), channel_ids=[channel.id]
+        session, ctx.workspace_id, TEST_TYPE, data, now, channel_ids=[channel.id]
     )
     delivery_id = await session.scalar(
         select(NoticeDelivery.id).where(

@@ -3,6 +3,12 @@
 Every process runs both. Detection is safe that way (a per-workspace advisory lock, and
 at most one open episode per subject in the table); delivery too (claims with SKIP
 LOCKED). Tests drive them directly: `detect_once(now)` and `deliver_due()`.
+
+Delivery has DELIVERY_SLOTS sends in flight at most, each its own task that records its
+own outcome and frees its slot when it ends, and the claim gives one workspace at most
+outbox.PER_WORKSPACE of them: a receiver that accepts and never answers holds only its
+own workspace's few slots until the attempt's deadline, never another workspace's
+notice (a batch that waited for its slowest send delayed everyone by a whole timeout).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from board.errors import as_unavailable
 from board.metrics.registry import notices_pass_failures
 from board.notices import outbox
 from board.notices.detect import (
@@ -31,7 +38,8 @@ from board.settings import Settings
 
 log = logging.getLogger(__name__)
 
-CLAIM_BATCH = 8
+# Sends in flight at once in one process (each holds a slot until its attempt ends).
+DELIVERY_SLOTS = 16
 
 
 class Notices:
@@ -45,6 +53,7 @@ class Notices:
         self.sessions = sessions
         self.pool = pool
         self._tasks: list[asyncio.Task[None]] = []
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     @property
     def mail(self) -> bool:
@@ -98,29 +107,57 @@ class Notices:
             return result
 
     async def deliver_due(self) -> int:
-        """Claim a batch of due deliveries and send them at once; how many were tried."""
+        """Claim what the free slots allow, send each on its own, and wait for those sends
+        (each recorded as it ends); how many were tried."""
+        started = await self._start_due()
+        if started:
+            await asyncio.wait(started)
+        return len(started)
+
+    async def _start_due(self) -> list[asyncio.Task[None]]:
+        free = DELIVERY_SLOTS - len(self._in_flight)
+        if free <= 0:
+            return []
         async with self.pool.connection() as conn:
             await conn.set_autocommit(True)
             try:
-                claimed = await outbox.claim(conn, CLAIM_BATCH, self.lease_seconds)
+                claimed = await outbox.claim(conn, free, self.lease_seconds)
             finally:
                 await conn.set_autocommit(False)  # the pool's other users expect transactions
-        if not claimed:
-            return 0
-        outcomes = await asyncio.gather(
-            *(outbox.attempt(self.settings, d) for d in claimed), return_exceptions=True
-        )
-        async with self.pool.connection() as conn:
-            await conn.set_autocommit(True)
-            try:
-                for delivery, outcome in zip(claimed, outcomes, strict=True):
-                    if isinstance(outcome, BaseException):
-                        log.warning("notices: delivery %s failed: %r", delivery.id, outcome)
-                        outcome = Outcome(False, retry=True, response="Internal error.")
+        started = []
+        for delivery in claimed:
+            task = asyncio.create_task(self._send(delivery), name=f"notice-{delivery.id}")
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+            started.append(task)
+        return started
+
+    async def _send(self, delivery: outbox.Claimed) -> None:
+        """One claimed delivery: attempt, then record at once (its slot frees as it ends)."""
+        try:
+            outcome = await outbox.attempt(self.settings, delivery)
+        except Exception as exc:
+            log.warning("notices: delivery %s failed: %r", delivery.id, exc)
+            outcome = Outcome(False, retry=True, response="Internal error.")
+        try:
+            async with self.pool.connection() as conn:
+                await conn.set_autocommit(True)
+                try:
                     await outbox.record(conn, self.settings, delivery, outcome)
-            finally:
-                await conn.set_autocommit(False)
-        return len(claimed)
+                finally:
+                    await conn.set_autocommit(False)
+        except Exception:
+            # Unrecorded, the claim expires with its lease and the row is sent again.
+            log.exception("notices: could not record delivery %s", delivery.id)
+
+    async def _wait_for_slot(self, seconds: float) -> None:
+        """Until a send ends (a slot frees) or `seconds` pass."""
+        if self._in_flight:
+            await asyncio.wait(
+                set(self._in_flight), timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+        else:
+            await asyncio.sleep(seconds)
 
     async def _detect_loop(self) -> None:
         while True:
@@ -128,20 +165,27 @@ class Notices:
                 await self.detect_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("notices: detection failed; will retry")
+            except Exception as exc:
+                if as_unavailable(exc) is None:
+                    log.exception("notices: detection failed; will retry")
+                else:  # one line per try while the database is away, not a traceback
+                    log.warning("notices: detection waits for the database (%s)", exc)
             await asyncio.sleep(self.settings.notices_detect_seconds)
 
     async def _deliver_loop(self) -> None:
         while True:
             try:
-                if await self.deliver_due():
-                    continue  # more may be due
+                if await self._start_due():
+                    continue  # more may be due, and slots may be free
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("notices: delivery loop failed; will retry")
-            await asyncio.sleep(self.settings.notices_poll_seconds)
+            except Exception as exc:
+                if as_unavailable(exc) is None:
+                    log.exception("notices: delivery loop failed; will retry")
+                else:
+                    log.warning("notices: delivery waits for the database (%s)", exc)
+            # Nothing due, or every slot taken: a send that ends frees one at once.
+            await self._wait_for_slot(self.settings.notices_poll_seconds)
 
     def start(self) -> None:
         self._tasks = [
@@ -150,9 +194,11 @@ class Notices:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        # Sends cut short stay claimed until their lease ends, then go again (at least once).
+        tasks = [*self._tasks, *self._in_flight]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with suppress(asyncio.CancelledError):
                 await task
         self._tasks = []

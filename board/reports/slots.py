@@ -11,7 +11,8 @@ Retry-After, before any work is done.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
@@ -64,6 +65,19 @@ async def take_report_connection(
         ),
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
+
+
+@asynccontextmanager
+async def report_slot(
+    connection: HTTPConnection, workspace_id: int
+) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """take_report_connection for a report built whole before it is sent (the
+    reservations report, the team statements): the slot is held while the block runs."""
+    conn = await take_report_connection(connection, workspace_id)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 def keeper_connect(

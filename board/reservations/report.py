@@ -175,6 +175,24 @@ def _reserved_by_day(window: Window, start: datetime, end: datetime, gpus: int) 
     return out
 
 
+@dataclass(frozen=True)
+class Asked:
+    """The report's parameters, checked (a 422 before any database work)."""
+
+    window: Window
+    group: str
+    format: str
+
+
+def parse_query(
+    from_: str | None, to: str | None, group_by: str | None, tz: str | None, fmt: str | None
+) -> Asked:
+    window = parse_window(from_, to, tz)
+    group = parse_choice("groupBy", group_by, GROUPS, "reservation")
+    chosen_format = parse_choice("format", fmt, FORMATS, "json")
+    return Asked(window, group, chosen_format)
+
+
 async def build(
     conn: psycopg.AsyncConnection[Any],
     workspace_id: int,
@@ -184,9 +202,13 @@ async def build(
     tz: str | None,
     fmt: str | None,
 ) -> BuiltReport:
-    window = parse_window(from_, to, tz)
-    group = parse_choice("groupBy", group_by, GROUPS, "reservation")
-    chosen_format = parse_choice("format", fmt, FORMATS, "json")
+    return await build_asked(conn, workspace_id, parse_query(from_, to, group_by, tz, fmt))
+
+
+async def build_asked(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, asked: Asked
+) -> BuiltReport:
+    window, group, chosen_format = asked.window, asked.group, asked.format
     bounds = {"ws": workspace_id, "from": window.start, "to": window.end}
     cur = await conn.execute(_BOOKINGS, bounds)
     bookings = await cur.fetchall()

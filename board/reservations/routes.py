@@ -12,6 +12,7 @@ from board.auth.deps import MemberDep, ReaderDep
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.errors import Unprocessable
+from board.reports.slots import report_slot
 from board.reservations import feed, queries, report, service
 from board.reservations.calendar import ics
 from board.reservations.params import parse_moment
@@ -30,7 +31,8 @@ router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["reservations"])
 calendar_router = APIRouter(tags=["reservations"])
 Text = Annotated[str | None, Query(max_length=200)]
 CSV_ALTERNATIVE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/csv": {"schema": {"type": "string"}}}}
+    200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
+    429: {"description": "The workspace's reports are all running; see Retry-After."},
 }
 
 
@@ -107,16 +109,18 @@ async def cancel(reservation_id: str, ctx: MemberDep, session: SessionDep) -> Re
 )
 async def reservations_report(
     ctx: ReaderDep,
-    session: SessionDep,
+    request: Request,
     from_: Annotated[str | None, Query(alias="from")] = None,
     to: Text = None,
     group_by: Annotated[str | None, Query(alias="groupBy")] = None,
     tz: Text = None,
     fmt: Annotated[str | None, Query(alias="format")] = None,
 ) -> Response:
-    built = await report.build(
-        await report_connection(session), ctx.workspace_id, from_, to, group_by, tz, fmt
-    )
+    asked = report.parse_query(from_, to, group_by, tz, fmt)
+    # A heavy report like the usage report: it holds one of the workspace's report slots
+    # (all taken: 429 with Retry-After), on a connection of its own.
+    async with report_slot(request, ctx.workspace_id) as conn:
+        built = await report.build_asked(conn, ctx.workspace_id, asked)
     if built.format == "csv":
         span = f"{built.window.start.date().isoformat()}-{built.window.end.date().isoformat()}"
         name = f"{ctx.workspace.slug}-reservations-{span}.csv"

@@ -8,14 +8,15 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
+from board.directory.schemas import LINUX_USER_PATTERN
+from board.errors import NO_NUL
 from board.readmodels import IsoTime, ReadModel
 
 # A POSIX-ish account name: what `ps` shows (letters, digits, . _ -, maybe a trailing $).
-LINUX_USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,62}\$?$"
 LinuxUser = Annotated[str, StringConstraints(pattern=LINUX_USER_PATTERN)]
-Note = Annotated[str, StringConstraints(max_length=500, pattern=r"^[^\x00]*$")]
-Uuidish = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00]*$")]
-Email = Annotated[str, StringConstraints(min_length=3, max_length=320, pattern=r"^[^\x00]*$")]
+Note = Annotated[str, StringConstraints(max_length=500, pattern=NO_NUL)]
+Uuidish = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
+Email = Annotated[str, StringConstraints(min_length=3, max_length=320, pattern=NO_NUL)]
 
 
 class _Body(BaseModel):

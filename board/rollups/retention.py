@@ -1,5 +1,6 @@
 """Rollup retention: hourly rollups (per GPU, host and user) and reservation figures older
-than a workspace's retentionDays are deleted.
+than a workspace's retentionDays, and never before the operator's floor
+(GUA_BOARD_MIN_RETENTION_DAYS), are deleted: they are what finance bills from.
 
 Their days are marked dirty by the trigger and recomputed (to nothing) by
 board.rollups.daily.refresh_day_rollups, which the schedule runs right after. Separate
@@ -30,14 +31,15 @@ class RetentionResult:
 
 
 async def drop_expired_rollups(
-    conn: psycopg.AsyncConnection[Any], now: datetime | None = None
+    conn: psycopg.AsyncConnection[Any], *, min_days: int, now: datetime | None = None
 ) -> RetentionResult:
-    """Delete every rollup hour that ended more than the workspace's retention_days ago."""
+    """Delete every rollup hour that ended more than the workspace's retention_days ago,
+    and at least `min_days` ago whatever the workspace says."""
     now = now or datetime.now(UTC)
     result = RetentionResult()
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", [DAY_ROLLUP_LOCK_KEY])
-        await _delete_hours(conn, now, result)
+        await _delete_hours(conn, now, min_days, result)
     if result.gpu_rows or result.user_rows:
         log.info(
             "rollup retention: deleted %d GPU-hour and %d user-hour rows",
@@ -48,7 +50,7 @@ async def drop_expired_rollups(
 
 
 async def _delete_hours(
-    conn: psycopg.AsyncConnection[Any], now: datetime, result: RetentionResult
+    conn: psycopg.AsyncConnection[Any], now: datetime, min_days: int, result: RetentionResult
 ) -> None:
     # GPU hours before host hours: the GPU-hour trigger subtracts the deleted rows from
     # their host hours (to zero), and the zeroed host hours are deleted after.
@@ -70,9 +72,10 @@ async def _delete_hours(
             USING workspaces w
             WHERE r.workspace_id = w.id
               AND r.hour_start
-                  <= %(now)s - make_interval(days => w.retention_days) - interval '1 hour'
+                  <= %(now)s - make_interval(days => GREATEST(w.retention_days, %(floor)s))
+                     - interval '1 hour'
             """,
-            {"now": now},
+            {"now": now, "floor": min_days},
         )
         if table == "gpu_hour_rollups":
             result.gpu_rows = cur.rowcount

@@ -172,7 +172,7 @@ async def workspace_stream(
     async def still_allowed() -> bool:
         async with sessions() as db:
             try:
-                now: WorkspaceContext = await token_context(db, authorization)
+                now: WorkspaceContext = await token_context(db, ctx.client_address, authorization)
             except DomainError:
                 return False
         return now.workspace_id == ctx.workspace_id and now.role in ("admin", "member")

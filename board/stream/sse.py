@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi.responses import StreamingResponse
 
+from board.errors import as_unavailable
 from board.stream.hub import StreamHub
+
+log = logging.getLogger(__name__)
 
 KEEPALIVE_SECONDS = 15.0
 # How stale the check that the listener may still see the stream gets before an event:
@@ -60,7 +64,16 @@ async def while_allowed(
     try:
         async for event in source:
             if time.monotonic() - checked >= RECHECK_SECONDS:
-                if not await allowed():
+                try:
+                    still = await allowed()
+                except Exception as exc:
+                    if as_unavailable(exc) is None:
+                        raise
+                    # The database is away: the check cannot be made, so the stream
+                    # ends cleanly (the browser's EventSource reconnects by itself).
+                    log.warning("stream: ended, the database is unavailable (%s)", exc)
+                    return
+                if not still:
                     return
                 checked = time.monotonic()
             yield event

@@ -128,7 +128,7 @@ async def issue_token(
     address: ClientAddressDep,
     workspace: Annotated[str, Form(max_length=63)] = "",
 ) -> Response:
-    ctx = await member_context(db, workspace, person.user_id)
+    ctx = await member_context(db, workspace, person.user_id, address)
     try:
         issued = await workspaces.issue_api_token(db, ctx.workspace_id, person.user_id)
         await record(db, ctx, "api_token.issued", target=issued.prefix, address=address)
@@ -155,7 +155,7 @@ async def revoke_token(
     address: ClientAddressDep,
     workspace: Annotated[str, Form(max_length=63)] = "",
 ) -> Response:
-    ctx = await member_context(db, workspace, person.user_id)
+    ctx = await member_context(db, workspace, person.user_id, address)
     await workspaces.revoke_api_token(db, ctx.workspace_id, person.user_id, prefix)
     await record(db, ctx, "api_token.revoked", target=prefix, address=address)
     return redirect(request, "/account?notice=token-revoked#tokens")

@@ -77,6 +77,7 @@ async def _admin_page(
         ],
         "default_ttl": runtime.settings.enrollment_token_ttl_hours,
         "board_url": board_url(request, runtime),
+        "public_url_set": bool(runtime.settings.public_url),
         "notice": NOTICES.get(request.query_params.get("notice", "")),
         "error": None,
         "issued": None,
@@ -253,9 +254,10 @@ async def sign_out_member(
     return redirect(request, f"/w/{page.slug}/admin?notice=member-signed-out#members")
 
 
-def _gap_from(raw: str, zone: str) -> str:
-    """The form's local `YYYY-MM-DDTHH:MM` (in the workspace's zone) as a time with its
-    offset; anything else is passed on, so the model's sentence says what is wrong."""
+def _gap_from(raw: str, zones: tuple[str, str]) -> str:
+    """The form's local `YYYY-MM-DDTHH:MM` as a time with its offset, in the zone the same
+    form sets when that is a zone, else the workspace's; anything else is passed on, so
+    the model's sentence says what is wrong."""
     raw = raw.strip()
     try:
         local = datetime.fromisoformat(raw) if len(raw) <= 40 else None
@@ -263,7 +265,11 @@ def _gap_from(raw: str, zone: str) -> str:
         local = None
     if local is None or local.tzinfo is not None:
         return raw
-    return local.replace(tzinfo=iana_zone(zone)).isoformat()
+    try:
+        zone = iana_zone(zones[0])
+    except ValueError:
+        zone = iana_zone(zones[1])
+    return local.replace(tzinfo=zone).isoformat()
 
 
 def _setting_value(key: str, raw: str) -> object:
@@ -292,12 +298,13 @@ async def save_settings(
     }
     gap_from = str(form.get("maxSampleGapFrom") or "").strip()
     if gap_from:  # empty: the new max sample gap holds from now
-        changes["maxSampleGapFrom"] = _gap_from(gap_from, page.ctx.workspace.timezone)
+        zones = (str(form.get("timezone") or "").strip(), page.ctx.workspace.timezone)
+        changes["maxSampleGapFrom"] = _gap_from(gap_from, zones)
     try:
         patch = workspaces.parse_settings(changes)
         workspace = await db.merge(page.ctx.workspace)
-        await workspaces.update_settings(db, workspace, patch)
-        await record(db, page.ctx, "settings.changed", detail=patch.audited(), address=address)
+        changed = await workspaces.update_settings(db, workspace, patch)
+        await record(db, page.ctx, "settings.changed", detail=changed, address=address)
         await db.commit()
     except DomainError as exc:
         return await _failed(request, page, db, runtime, exc)

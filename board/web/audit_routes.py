@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from board.audit import service as audit
 from board.db.deps import SessionDep
 from board.errors import Unprocessable
+from board.runtime import RuntimeDep
 from board.web.deps import AdminPageDep
 from board.web.render import PageRoute, render
 
@@ -22,6 +23,7 @@ async def audit_page(
     request: Request,
     page: AdminPageDep,
     db: SessionDep,
+    runtime: RuntimeDep,
     cursor: Annotated[str, Query(max_length=32)] = "",
 ) -> Response:
     """Who did what, when and from where; "Older" follows the cursor."""
@@ -38,5 +40,7 @@ async def audit_page(
         "events": events,
         "next_cursor": next_cursor,
         "first_page": before_id is None,
+        # The workspace's retention, but never below the operator's floor (maintenance).
+        "kept_days": max(page.ctx.workspace.retention_days, runtime.settings.min_retention_days),
     }
     return render(request, "audit.html", context)

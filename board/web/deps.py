@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 
 from board.auth import web_sessions
-from board.auth.deps import WorkspaceContext, member_context, memberships_of
+from board.auth.deps import ClientAddressDep, WorkspaceContext, member_context, memberships_of
 from board.auth.signin_limits import SignInLimits
 from board.db.deps import SessionDep
 from board.errors import Forbidden
@@ -70,8 +70,10 @@ class Page:
         return self.ctx.workspace.slug
 
 
-async def workspace_page(slug: Annotated[str, Path()], person: SignedInDep, db: SessionDep) -> Page:
-    ctx = await member_context(db, slug, person.user_id)
+async def workspace_page(
+    slug: Annotated[str, Path()], person: SignedInDep, db: SessionDep, address: ClientAddressDep
+) -> Page:
+    ctx = await member_context(db, slug, person.user_id, address)
     return Page(ctx=ctx, person=person, workspaces=await memberships_of(db, person.user_id))
 
 

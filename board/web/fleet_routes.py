@@ -313,12 +313,21 @@ async def host_stream(
     await db.commit()
     secret = page.person.session.secret
     assert secret is not None  # a signed-in page has a session secret
-    allowed = partial(_stream_still_allowed, runtime, secret, page.person.user_id, page.slug)
+    allowed = partial(
+        _stream_still_allowed,
+        runtime,
+        secret,
+        page.person.user_id,
+        page.slug,
+        page.ctx.client_address,
+    )
     response = sse_response(runtime.stream, page.ctx.workspace_id, str(host.public_id), allowed)
     return finish(request, response)
 
 
-async def _stream_still_allowed(runtime: Runtime, secret: str, user_id: int, slug: str) -> bool:
+async def _stream_still_allowed(
+    runtime: Runtime, secret: str, user_id: int, slug: str, address: str
+) -> bool:
     """The stream's viewer is still signed in (same session) and still a member or admin
     of the workspace: the checks of the request that opened it, made again."""
     async with runtime.sessions() as db:
@@ -326,7 +335,7 @@ async def _stream_still_allowed(runtime: Runtime, secret: str, user_id: int, slu
         if found is None or found.user_id != user_id:
             return False
         try:
-            ctx = await member_context(db, slug, user_id)
+            ctx = await member_context(db, slug, user_id, address)
         except DomainError:
             return False
         return ctx.role in ("admin", "member")

@@ -6,15 +6,14 @@ from datetime import date, datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from board.db.connection import report_connection
-from board.db.deps import SessionDep
 from board.errors import DomainError
 from board.money import statements
 from board.reports.params import parse_zone
+from board.reports.slots import report_slot
 from board.web.deps import Page, PageDep
-from board.web.render import PageRoute, finish, render
+from board.web.render import PageRoute, error_page, finish, render
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
@@ -33,13 +32,21 @@ def _chosen(team: str, unassigned: str) -> tuple[bool, str | None]:
     return (True, team) if team else (False, None)
 
 
-async def _figures(db: SessionDep, page: Page, month: str) -> tuple[date, Any, Any]:
+async def _figures(request: Request, page: Page, month: str) -> tuple[date, Any, Any]:
     first = statements.parse_month(month, _today(page))
     window = statements.month_window(first, page.ctx.workspace.timezone)
-    currency, teams = await statements.month_figures(
-        await report_connection(db), page.ctx.workspace_id, window
-    )
+    # A month of every team's cost is a heavy report: it holds one of the workspace's
+    # report slots, as the usage report does (all taken: 429 with Retry-After).
+    async with report_slot(request, page.ctx.workspace_id) as conn:
+        currency, teams = await statements.month_figures(conn, page.ctx.workspace_id, window)
     return first, currency, teams
+
+
+def _busy(request: Request, exc: HTTPException) -> Response:
+    """Every report slot of the workspace is taken: the reports' 429, as a page."""
+    response = error_page(request, exc.status_code, str(exc.detail))
+    response.headers.update(exc.headers or {})
+    return response
 
 
 def _link(page: Page, month: str, team: str | None, suffix: str = "") -> str:
@@ -51,7 +58,6 @@ def _link(page: Page, month: str, team: str | None, suffix: str = "") -> str:
 async def statements_page(
     request: Request,
     page: PageDep,
-    db: SessionDep,
     month: Text = "",
     team: Text = "",
     unassigned: Text = "",
@@ -68,7 +74,9 @@ async def statements_page(
         "csv_url": "",
     }
     try:
-        first, currency, teams = await _figures(db, page, month)
+        first, currency, teams = await _figures(request, page, month)
+    except HTTPException as exc:
+        return _busy(request, exc)
     except DomainError as exc:
         if exc.status_code != 422:
             raise
@@ -93,13 +101,15 @@ async def statements_page(
 async def statement_csv(
     request: Request,
     page: PageDep,
-    db: SessionDep,
     month: Text = "",
     team: Text = "",
     unassigned: Text = "",
 ) -> Response:
     _, chosen = _chosen(team, unassigned)
-    first, currency, teams = await _figures(db, page, month)
+    try:
+        first, currency, teams = await _figures(request, page, month)
+    except HTTPException as exc:
+        return _busy(request, exc)
     found = statements.statement(
         page.ctx.workspace.name, first, page.ctx.workspace.timezone, chosen, teams, currency
     )

@@ -141,10 +141,19 @@ async def send_test_notice(
     _csrf: CsrfDep,
     page: AdminPageDep,
     db: SessionDep,
+    settings: SettingsDep,
     address: ClientAddressDep,
 ) -> Response:
     channel_id = notices.canonical_channel_id(channel_id)
-    await notices.send_test(db, page.ctx, channel_id)
+    try:
+        await notices.send_test(db, page.ctx, channel_id)
+    except notices.TestsLimited as exc:
+        # Rolled back and refreshed as in add_channel: the page reads the workspace again.
+        await db.rollback()
+        await db.refresh(page.ctx.workspace)
+        refused = await _page(request, page, db, settings, 429, error=exc.detail)
+        refused.headers["Retry-After"] = str(exc.retry_after)
+        return refused
     await record(db, page.ctx, "notices.test_sent", target=channel_id, address=address)
     await db.commit()
     return redirect(request, f"/w/{page.slug}/admin/notices?notice=test-queued#deliveries")

@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from jinja2 import StrictUndefined
 
-from board.errors import DomainError
+from board.errors import DomainError, error_headers
 from board.runtime import Runtime
 from board.web.deps import SignInRequired
 from board.web.sessions import CSRF_FIELD, WebSession, write_session
@@ -178,16 +178,38 @@ class PageRoute(APIRoute):
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return redirect(request, f"/signin?next={quote(target, safe='')}")
             except DomainError as exc:
-                if _wants_json(request):
-                    body = {"detail": exc.detail}
-                    return finish(request, JSONResponse(body, exc.status_code))
-                return error_page(request, exc.status_code, exc.detail)
+                return error_answer(request, exc)
 
         return handle
 
+    @staticmethod
+    def render_error(request: Request, exc: DomainError) -> Response:
+        """How the app's handler of a database outage (board/errors.py) answers a page.
+
+        That error is not caught in `handle` above: it must first pass through the
+        request's session, which then rolls its dead transaction back instead of
+        committing it (and failing again, as a 500)."""
+        return error_answer(request, exc)
+
+
+def error_answer(request: Request, exc: DomainError) -> Response:
+    """A page's error as a page, or as JSON to a script; a 503 says when to retry."""
+    headers = error_headers(exc) if exc.status_code == 503 else None
+    if _wants_json(request):
+        body = {"detail": exc.detail}
+        return finish(request, JSONResponse(body, exc.status_code, headers=headers))
+    response = error_page(request, exc.status_code, exc.detail)
+    response.headers.update(headers or {})
+    return response
+
 
 def error_page(request: Request, status_code: int, detail: str) -> Response:
-    titles = {403: "Not allowed", 404: "Not found", 429: "Too many attempts"}
+    titles = {
+        403: "Not allowed",
+        404: "Not found",
+        429: "Too many attempts",
+        503: "Not available right now",
+    }
     return render(
         request,
         "error.html",

@@ -39,8 +39,8 @@ async def patch_settings(
     ctx: AdminDep, session: SessionDep, patch: SettingsPatch, address: ClientAddressDep
 ) -> WorkspaceSettings:
     workspace = await session.merge(ctx.workspace)
-    await service.update_settings(session, workspace, patch)
-    await record(session, ctx, "settings.changed", detail=patch.audited(), address=address)
+    changed = await service.update_settings(session, workspace, patch)
+    await record(session, ctx, "settings.changed", detail=changed, address=address)
     await session.flush()
     return service.settings_of(workspace)
 

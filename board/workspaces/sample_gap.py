@@ -95,6 +95,11 @@ async def _refuse_unrebuildable(
 async def _rejudge(conn: psycopg.AsyncConnection[Any], workspace_id: int, start: datetime) -> None:
     """Rebuild the rollups and reservation figures of the hours from `start`'s on, when
     any observation at or after `start` can open an interval the change judges."""
+    # Hosts enrolled since the first lock are locked too before the newest observation is
+    # read: one could otherwise commit, between that read and the rebuild, intervals after
+    # it judged by the old value and outside the window. No host is enrolled from here
+    # on (its row's foreign key waits for the workspace row this transaction holds).
+    await lock_hosts(conn, "h.id", "h.workspace_id = %s", [workspace_id])
     cur = await conn.execute(
         """
         SELECT greatest(

@@ -6,7 +6,7 @@ their camelCase aliases, in declaration order: the field order here is the wire 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from annotated_types import Ge, Le
@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from board.errors import NO_CONTROL
 from board.readmodels import IsoTime, ReadModel
 from board.zones import iana_zone
 
@@ -67,8 +68,13 @@ def _iana_zone(name: str | None) -> str | None:
 NotNull = BeforeValidator(_not_null)
 
 
+# Nothing is observed before it; and a time this far from the calendar's ends can be
+# shown in any zone (0001-01-01T00:00Z is year 0 in New York: Python has no such year).
+EARLIEST_FROM = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _instant(value: object) -> object:
-    """An ISO 8601 time with its zone offset ("Z" too); a naive time is refused."""
+    """An ISO 8601 time with its zone offset ("Z" too), from 1970 on; a naive time is refused."""
     if isinstance(value, str) and len(value) <= 40:
         try:
             value = datetime.fromisoformat(value)
@@ -76,6 +82,13 @@ def _instant(value: object) -> object:
             raise ValueError("not a time") from None
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise ValueError("not a time with a zone offset")
+    try:
+        # Year 1 at +14:00 or year 9999 at -12:00 is no instant Python can hold in UTC.
+        in_utc = value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("not a time Python can hold") from None
+    if in_utc < EARLIEST_FROM:
+        raise ValueError("before 1970")
     return value
 
 
@@ -142,7 +155,10 @@ def _refusal(sent: dict[str, Any], exc: ValidationError) -> str:
     if key == "timezone":
         return f"timezone {sent[key]!r} is not an IANA time zone."
     if key == "maxSampleGapFrom":
-        return "maxSampleGapFrom must be a time with its zone offset, e.g. 2026-12-01T00:00:00Z."
+        return (
+            "maxSampleGapFrom must be a time with its zone offset from 1970 on, "
+            "e.g. 2026-12-01T00:00:00Z."
+        )
     field = next(f for f in SettingsPatch.model_fields.values() if f.alias == key)
     low = next(m.ge for m in field.metadata if isinstance(m, Ge))
     high = next(m.le for m in field.metadata if isinstance(m, Le))
@@ -199,9 +215,7 @@ class IssueApiTokenRequest(BaseModel):
 
     model_config = ConfigDict(alias_generator=to_camel, extra="forbid", frozen=True)
 
-    name: Annotated[
-        str | None, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]*$")
-    ] = None
+    name: Annotated[str | None, Field(min_length=1, max_length=100, pattern=NO_CONTROL)] = None
     expires_in_days: Annotated[int | None, Field(ge=1, le=3650, strict=True)] = None
 
 

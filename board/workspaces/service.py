@@ -251,6 +251,15 @@ async def issue_api_token(
     expires_at: datetime | None = None,
 ) -> tokens.IssuedToken:
     """A new personal API token for the membership; the secret is shown once."""
+    # The membership row is locked until the request commits, so concurrent issues for
+    # one person count one after another: unlocked, 30 at once each counted the same
+    # live tokens and stored up to 38 of the 20 allowed. (READ COMMITTED: the count,
+    # run after the lock is granted, sees the tokens the previous holder committed.)
+    await session.execute(
+        select(Membership.user_id)
+        .where(Membership.workspace_id == workspace_id, Membership.user_id == user_id)
+        .with_for_update()
+    )
     live = await session.scalar(
         select(func.count())
         .select_from(ApiToken)
@@ -387,13 +396,17 @@ def parse_settings(changes: dict[str, object]) -> SettingsPatch:
 
 async def update_settings(
     session: AsyncSession, workspace: Workspace, patch: SettingsPatch, now: datetime | None = None
-) -> None:
+) -> dict[str, object]:
     """Applies a patch validated whole beforehand, so nothing is ever half-applied.
 
     A new maxSampleGap is dated and re-judges what it covers (board.workspaces.sample_gap);
-    it goes first, as it locks the workspace's hosts before its row.
+    it goes first, as it locks the workspace's hosts before its row. Returns the audit
+    entry's detail: each setting sent, and `previous_<name>` for each one that changed
+    (a shortened retention says from what to what).
     """
+    detail: dict[str, object] = {}
     if patch.max_sample_gap_seconds is not None:
+        previous = workspace.max_sample_gap_seconds
         conn = await report_connection(session)
         await change_sample_gap(
             conn,
@@ -402,7 +415,18 @@ async def update_settings(
             patch.max_sample_gap_from,
             now if now is not None else datetime.now(UTC),
         )
+        sent = patch.audited()
+        detail["max_sample_gap_seconds"] = patch.max_sample_gap_seconds
+        if "max_sample_gap_from" in sent:
+            detail["max_sample_gap_from"] = sent["max_sample_gap_from"]
+        if previous != patch.max_sample_gap_seconds:
+            detail["previous_max_sample_gap_seconds"] = previous
     for name, value in patch.changes().items():
+        previous = getattr(workspace, name)
         setattr(workspace, name, value)
+        detail[name] = value
+        if previous != value:
+            detail[f"previous_{name}"] = previous
     await session.flush()
     await session.refresh(workspace)
+    return detail

@@ -54,6 +54,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_constraint("ck_workspaces_sample_gap_history", "workspaces", type_="check")
+    op.drop_constraint("sample_gap_history", "workspaces", type_="check")
     op.drop_column("workspaces", "sample_gap_seconds")
     op.drop_column("workspaces", "sample_gap_from")

@@ -49,8 +49,11 @@ def two_models(at: datetime) -> dict[str, Any]:
     return observation(at, [a100, h100])
 
 
-async def build_fleet(client: httpx.AsyncClient, tenant: Tenant) -> datetime:
-    """The fleet above in tenant's workspace; returns D."""
+async def build_fleet(
+    client: httpx.AsyncClient, tenant: Tenant, prices: dict[str, Any] | None = None
+) -> datetime:
+    """The fleet above in tenant's workspace (priced by `prices`, a PUT body, when given);
+    returns D."""
     r = await client.patch(
         f"/api/v1/workspaces/{tenant.slug}/settings",
         json={
@@ -68,7 +71,7 @@ async def build_fleet(client: httpx.AsyncClient, tenant: Tenant) -> datetime:
         assert (await push(client, host["agentToken"], body)).status_code == 202
     r = await client.put(
         f"/api/v1/workspaces/{tenant.slug}/prices",
-        json=prices_body(day.date()),
+        json=prices if prices is not None else prices_body(day.date()),
         headers=tenant.auth(),
     )
     assert r.status_code == 200, r.text

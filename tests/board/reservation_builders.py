@@ -29,7 +29,7 @@ async def book_at(
             select(User.id).where(User.email == f"{role}@{tenant.slug}.example")
         )
         assert user_id is not None
-        ctx = await member_context(session, tenant.slug, user_id)
+        ctx = await member_context(session, tenant.slug, user_id, "127.0.0.1")
         made = await service.create(session, ctx, ReservationIn.model_validate(body), now=now)
         await session.commit()
     return made
@@ -44,7 +44,7 @@ async def cancel_at(
             select(User.id).where(User.email == f"{role}@{tenant.slug}.example")
         )
         assert user_id is not None
-        ctx = await member_context(session, tenant.slug, user_id)
+        ctx = await member_context(session, tenant.slug, user_id, "127.0.0.1")
         await service.cancel(session, ctx, reservation_id, now=now)
         await session.commit()
 

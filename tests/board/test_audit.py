@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from board.audit.models import AuditEvent
 from board.audit.service import clean_detail, delete_expired
 from board.settings import Settings
-from tests.board.builders import enroll, make_tenant
+from tests.board.builders import enroll, make_tenant, push
+from tests.board.money_builders import prices_body
+from tests.board.test_reports_builders import gpu, observation
 from tests.web.helpers import sign_in
 
 LOG = "/api/v1/workspaces/{}/audit-log"
@@ -78,7 +80,10 @@ async def test_admin_actions_of_the_api_are_recorded_without_secrets(app, client
         "role": "finance",
         "previousRole": "member",
     }
-    assert by_action["settings.changed"]["detail"] == {"retention_days": 30}
+    assert by_action["settings.changed"]["detail"] == {
+        "retention_days": 30,
+        "previous_retention_days": 400,
+    }
     assert by_action["host.revoked"]["target"] == host["hostId"]
     assert by_action["enrollment_token.revoked"]["target"] == prefix
     assert all(e["clientAddress"] for e in events)
@@ -224,6 +229,67 @@ async def test_events_older_than_the_retention_are_deleted(app, client, settings
     async with await psycopg.AsyncConnection.connect(
         settings.database_url.replace("postgresql+psycopg", "postgresql"), autocommit=True
     ) as conn:
-        assert await delete_expired(conn) == 1
-        assert await delete_expired(conn) == 0
-    assert [e["detail"] for e in await _events(client, acme)] == [{"retention_days": 20}]
+        # The operator's floor set to a day: the workspace's 20 days decide.
+        assert await delete_expired(conn, min_days=1) == 1
+        assert await delete_expired(conn, min_days=1) == 0
+    assert [e["detail"] for e in await _events(client, acme)] == [
+        {"retention_days": 20, "previous_retention_days": 10}
+    ]
+
+
+async def test_entries_written_by_domain_services_say_from_where(app, client) -> None:
+    """prices.put, directory.put, the calendar feed and bookings for a member were written
+    without a client address: the context every request builds now carries it."""
+    acme = await make_tenant(app, "acme")
+    api = "/api/v1/workspaces/acme"
+    host = await enroll(client, acme, "gpu-01", displayName="gpu-01")
+    pushed = await push(client, host["agentToken"], observation(datetime.now(UTC), [gpu(0)]))
+    assert pushed.status_code == 202
+    today = datetime.now(UTC).date()
+    r = await client.put(f"{api}/prices", json=prices_body(today), headers=acme.auth())
+    assert r.status_code == 200, r.text
+    r = await client.put(
+        f"{api}/directory/alice",
+        json={"memberEmail": "member@acme.example", "team": "vision"},
+        headers=acme.auth(),
+    )
+    assert r.status_code == 200, r.text
+    r = await client.post(f"{api}/calendar-feed", headers=acme.auth())
+    assert r.status_code == 201, r.text
+    r = await client.delete(f"{api}/calendar-feed", headers=acme.auth())
+    assert r.status_code == 204, r.text
+    start = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(hours=1)
+    r = await client.post(
+        f"{api}/reservations",
+        json={
+            "hostId": host["hostId"],
+            "start": start.isoformat(),
+            "end": (start + timedelta(hours=2)).isoformat(),
+            "memberEmail": "member@acme.example",
+        },
+        headers=acme.auth(),
+    )
+    assert r.status_code == 201, r.text
+    booking = f"{api}/reservations/{r.json()['reservationId']}"
+    r = await client.patch(booking, json={"note": "moved"}, headers=acme.auth())
+    assert r.status_code == 200, r.text
+    assert (await client.delete(booking, headers=acme.auth())).status_code == 204
+
+    events = await _events(client, acme)
+    addresses = {e["action"]: e["clientAddress"] for e in events}
+    for action in (
+        "prices.put",
+        "directory.put",
+        "calendar_feed.issued",
+        "calendar_feed.revoked",
+        "reservation.create_for_member",
+        "reservation.update_for_member",
+        "reservation.cancel_for_member",
+    ):
+        assert addresses.get(action) == "127.0.0.1", (action, addresses)
+    # And no entry of any kind, in any workspace, lacks one.
+    async with app.state.runtime.sessions() as session:
+        nameless = await session.scalar(
+            select(func.count()).select_from(AuditEvent).where(AuditEvent.client_address.is_(None))
+        )
+    assert nameless == 0

@@ -61,6 +61,13 @@ async def test_each_admin_page_action_is_recorded_and_listed(app, client) -> Non
     api = await client.get("/api/v1/workspaces/acme/audit-log", headers=acme.auth())
     actions = [e["action"] for e in reversed(api.json()["events"])]
     assert [a for a in actions if a != "enrollment_token.issued"][-7:] == expected[2:]
+    # A shorter retention is recorded from what to what, from where; the page says the
+    # log is still kept the board's minimum (400 days), not the workspace's 90.
+    changed = next(e for e in api.json()["events"] if e["action"] == "settings.changed")
+    assert changed["detail"]["retention_days"] == 90
+    assert changed["detail"]["previous_retention_days"] == 400
+    assert all(e["clientAddress"] == "127.0.0.1" for e in api.json()["events"])
+    assert "(400 days:" in listed.text
 
     # Not an admin of another workspace: its audit page is not found.
     assert (await client.get("/w/other/admin/audit")).status_code == 404

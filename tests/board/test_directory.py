@@ -78,3 +78,24 @@ async def test_bad_directory_input(app, client) -> None:
         assert r.status_code == status, (path, body, r.text)
         assert isinstance(r.json()["detail"], str)
     assert (await client.get(_url(tenant), headers=tenant.auth())).json()["entries"] == []
+
+
+async def test_each_refused_team_says_what_is_wrong(app, client) -> None:
+    """A bidi override or a line break in a team used to be refused as "must not contain
+    NUL": every refusal named the one pattern the agent payloads use."""
+    tenant = await quick_tenant(app, "dir")
+    for team, words in [
+        ("ml\u202egnp", "bidirectional control characters"),
+        ("\u2066ml\u2069", "bidirectional control characters"),
+        ("vision\nteam", "line breaks"),
+        ("a\u0000b", "control characters"),
+    ]:
+        r = await client.put(
+            _url(tenant, "/alice"), json={"memberEmail": None, "team": team}, headers=tenant.auth()
+        )
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert isinstance(detail, str)
+        assert detail.startswith("team: must not contain"), detail
+        assert words in detail, (team, detail)
+        assert "NUL" not in detail, (team, detail)

@@ -38,14 +38,16 @@ SPEC_MANDATORY = {
     "ServiceCategory": "String",
     "ServiceName": "String",
 }
-# Mandatory columns that may be null (ChargeClass: only corrections carry a value).
-NULLABLE = {"ChargeClass"}
+# Columns that may be null (ChargeClass: only corrections carry a value; InvoiceId: only
+# charges an invoice stands behind).
+NULLABLE = {"ChargeClass", "InvoiceId"}
 # FOCUS 1.2 columns beyond the mandatory ones that the export also fills.
 SPEC_OTHER = {
     "BillingAccountType": "String",
     "ChargeFrequency": "String",
     "ConsumedQuantity": "Decimal",
     "ConsumedUnit": "String",
+    "InvoiceId": "String",  # Recommended
     "PricingCategory": "String",
     "ServiceSubcategory": "String",
 }
@@ -75,7 +77,7 @@ async def test_focus_columns_types_and_figures(app, client) -> None:
     table = list(csv.reader(io.StringIO(r.text)))
     header, rows = table[0], table[1:]
     assert len(header) == len(set(header))
-    for column in SPEC_MANDATORY:
+    for column in (*SPEC_MANDATORY, *SPEC_OTHER):
         assert column in header, column
     # Every other column is one FOCUS defines or a custom one with the x_ prefix.
     for column in header:
@@ -98,6 +100,8 @@ async def test_focus_columns_types_and_figures(app, client) -> None:
             elif kind == "Decimal":
                 assert DECIMAL.match(value), (column, value)
         assert record["ChargeClass"] == ""
+        # No invoice or issued statement stands behind the board's costs.
+        assert record["InvoiceId"] == ""
         assert record["ChargeCategory"] == "Usage"
         assert record["PricingUnit"] == record["ConsumedUnit"] == "GPU-Hours"
         assert record["PricingQuantity"] == record["ConsumedQuantity"]

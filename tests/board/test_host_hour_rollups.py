@@ -114,7 +114,7 @@ async def test_host_hours_follow_ingest_rebuild_and_retention(app, client) -> No
 
         # Retention: a 1-day retention drops every hour here, host hours included.
         await conn.execute("UPDATE workspaces SET retention_days = 1 WHERE id = %s", [ws])
-        result = await drop_expired_rollups(conn)
+        result = await drop_expired_rollups(conn, min_days=1)
         assert result.host_rows >= len(first)
         cur = await conn.execute(
             "SELECT count(*) FROM host_hour_rollups WHERE workspace_id = %s", [ws]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from board.auth.models import ApiToken
+from board.workspaces.service import MAX_API_TOKENS
 from tests.board.builders import make_tenant
 
 ME = "/api/v1/me/api-tokens"
@@ -86,3 +88,28 @@ async def test_another_persons_token_cannot_be_revoked(app, client) -> None:
         assert r.status_code == 404
     r = await client.get(ME, headers=_bearer(issued["apiToken"]))
     assert r.status_code == 200
+
+
+async def test_concurrent_issues_never_pass_the_cap(app, client) -> None:
+    """30 issues at once used to store 37-38 tokens for a cap of 20: each request counted
+    the live tokens before any of the others had written theirs."""
+    acme = await make_tenant(app, "acme")
+    runtime = app.state.runtime
+    async with runtime.sessions() as session:
+        # The member's first token (from make_tenant) counts; nineteen more fit.
+        live = await session.scalar(
+            select(func.count()).select_from(ApiToken).where(ApiToken.revoked_at.is_(None))
+        )
+    assert live == 3  # one per role
+
+    replies = await asyncio.gather(
+        *(client.post(ME, json={}, headers=acme.auth("member")) for _ in range(30))
+    )
+    created = [r for r in replies if r.status_code == 201]
+    refused = [r for r in replies if r.status_code != 201]
+    assert len(created) == MAX_API_TOKENS - 1
+    for r in refused:
+        assert r.status_code == 409, r.text
+        assert isinstance(r.json()["detail"], str)
+    listed = await client.get(ME, headers=acme.auth("member"))
+    assert len(listed.json()["apiTokens"]) == MAX_API_TOKENS

@@ -155,6 +155,24 @@ async def test_bad_bookings_are_refused_and_change_nothing(app, client) -> None:
     assert listed["reservations"] == []
 
 
+async def test_a_refused_linux_user_is_named_as_one(app, client) -> None:
+    """["no spaces allowed"] was refused as "must not contain NUL"."""
+    tenant = await quick_tenant(app, "rapi")
+    host = await _host(client, tenant)
+    start, end = _slot()
+    body = {"hostId": host["hostId"], "start": start, "end": end}
+    for users in (["no spaces allowed"], ["alice", "-dash"], ["bad user;"]):
+        r = await client.post(
+            _url(tenant), json={**body, "linuxUsers": users}, headers=tenant.auth("member")
+        )
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert isinstance(detail, str)
+        index = len(users) - 1
+        assert detail.startswith(f"linuxUsers.{index}: is not a valid Linux user name"), detail
+        assert "NUL" not in detail
+
+
 async def test_roles_and_tenancy(app, client) -> None:
     tenant = await quick_tenant(app, "rapi")
     other = await quick_tenant(app, "rapi")

@@ -183,7 +183,7 @@ async def test_retention_deletes_both_kinds_at_one_cutoff(app: Any, client: Any)
         await conn.execute("UPDATE workspaces SET retention_days = 1 WHERE id = %s", [ws])
         # 01:00 (a partial hour) ends within the cutoff, 23:00 and 00:00 end before it.
         now = start + timedelta(days=1, hours=2)
-        result = await drop_expired_rollups(conn, now=now)
+        result = await drop_expired_rollups(conn, min_days=1, now=now)
         assert result.figure_rows == 2  # 23:00 of both bookings
         left = await _all_figures(conn, ws, start)
         assert {row[2] for row in left} == {start + timedelta(minutes=90)}

@@ -1,5 +1,6 @@
 """Retention: raw partitions go on their own schedule and never touch rollups; rollups
-older than a workspace's retentionDays are deleted by the maintenance schedule."""
+older than a workspace's retentionDays, and than the operator's floor, are deleted by the
+maintenance schedule (so is the audit log)."""
 
 from __future__ import annotations
 
@@ -88,28 +89,83 @@ async def _hours(conn: psycopg.AsyncConnection[Any], ws: int, table: str) -> lis
 
 
 async def test_maintenance_deletes_rollups_past_each_workspace_retention(app, client) -> None:
-    default, short = await quick_tenant(app), await quick_tenant(app)
+    default, longer = await quick_tenant(app), await quick_tenant(app)
     r = await client.patch(
-        f"/api/v1/workspaces/{short.slug}/settings",
-        json={"retentionDays": 10},
-        headers=short.auth(),
+        f"/api/v1/workspaces/{longer.slug}/settings",
+        json={"retentionDays": 500},
+        headers=longer.auth(),
     )
     assert r.status_code == 200, r.text
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     async with await psycopg.AsyncConnection.connect(_url(app), autocommit=True) as conn:
         ws_default = await workspace_id(conn, default.slug)
-        ws_short = await workspace_id(conn, short.slug)
+        ws_longer = await workspace_id(conn, longer.slug)
         old, kept = now - timedelta(days=402), now - timedelta(days=398)
         await _insert_hours(conn, ws_default, [old, old + timedelta(hours=1), kept])
-        await _insert_hours(conn, ws_short, [now - timedelta(days=12), now - timedelta(days=9)])
+        await _insert_hours(conn, ws_longer, [now - timedelta(days=502), old])
 
         await maintain_once(app.state.runtime)
 
         assert await _hours(conn, ws_default, "gpu_hour_rollups") == [kept]
         assert await _hours(conn, ws_default, "user_hour_rollups") == [kept]
-        assert await _hours(conn, ws_short, "gpu_hour_rollups") == [now - timedelta(days=9)]
-        assert await _hours(conn, ws_short, "user_hour_rollups") == [now - timedelta(days=9)]
+        assert await _hours(conn, ws_longer, "gpu_hour_rollups") == [old]
+        assert await _hours(conn, ws_longer, "user_hour_rollups") == [old]
         # The day rows of fully expired days are gone, the others still equal their hours.
         assert len(await _hours(conn, ws_default, "gpu_day_rollups")) == 1
-        for ws in (ws_default, ws_short):
+        for ws in (ws_default, ws_longer):
             assert await day_rollups_mismatch(conn, ws) == []
+
+
+async def _age_audit_entries(conn: psycopg.AsyncConnection[Any], ws: int, ages: list[int]) -> None:
+    """One more audit entry per age in days (an admin action as maintenance finds it)."""
+    for days in ages:
+        await conn.execute(
+            "INSERT INTO audit_events (workspace_id, action, target, detail, client_address, at) "
+            "VALUES (%s, 'host.revoked', %s, '{}', '127.0.0.1', "
+            "now() - make_interval(days => %s))",
+            [ws, f"aged-{days}", days],
+        )
+
+
+async def _audit_targets(conn: psycopg.AsyncConnection[Any], ws: int) -> set[str]:
+    cur = await conn.execute(
+        "SELECT target FROM audit_events WHERE workspace_id = %s AND target LIKE 'aged-%%'",
+        [ws],
+    )
+    return {row[0] for row in await cur.fetchall()}
+
+
+async def test_a_one_day_retention_cannot_erase_the_trail_or_the_billing(app, client) -> None:
+    """retentionDays=1 used to make the next maintenance run delete the audit log and the
+    rollups finance bills from; both are now kept the operator's floor (400 days)."""
+    tenant = await quick_tenant(app)
+    floor = app.state.runtime.settings.min_retention_days
+    assert floor == 400
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings",
+        json={"retentionDays": 1},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["retentionDays"] == 1
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    async with await psycopg.AsyncConnection.connect(_url(app), autocommit=True) as conn:
+        ws = await workspace_id(conn, tenant.slug)
+        young, old = now - timedelta(days=3), now - timedelta(days=200)
+        past_floor = now - timedelta(days=floor + 2)
+        await _insert_hours(conn, ws, [past_floor, old, young])
+        await _age_audit_entries(conn, ws, [3, 200, floor + 2])
+
+        await maintain_once(app.state.runtime)
+
+        for table in ("gpu_hour_rollups", "user_hour_rollups"):
+            assert await _hours(conn, ws, table) == [old, young], table
+        assert await _audit_targets(conn, ws) == {"aged-3", "aged-200"}
+        assert await day_rollups_mismatch(conn, ws) == []
+    # The shortening itself is in the log, from what to what, by whom and from where.
+    log = await client.get(f"/api/v1/workspaces/{tenant.slug}/audit-log", headers=tenant.auth())
+    changed = [e for e in log.json()["events"] if e["action"] == "settings.changed"]
+    assert len(changed) == 1
+    assert changed[0]["detail"] == {"retention_days": 1, "previous_retention_days": 400}
+    assert changed[0]["actorEmail"] == f"admin@{tenant.slug}.example"
+    assert changed[0]["clientAddress"] == "127.0.0.1"

@@ -32,19 +32,19 @@ def hook() -> Iterator[HttpReceiver]:
 
 
 def notice_settings(database_url: str, data_dir: Path, smtp_url: str | None, **kw: Any) -> Settings:
-    return Settings(
-        database_url=database_url,
-        data_dir=data_dir,
-        secret_key=SECRET_KEY,
-        public_url="http://board.test",
-        smtp_url=smtp_url,
-        mail_from="board@lab.example",
-        allow_insecure_webhooks=True,
-        notices_retry_base_seconds=0.2,
-        notices_timeout_seconds=3.0,
-        notices_lease_seconds=12.0,
-        **kw,
-    )
+    chosen: dict[str, Any] = {
+        "database_url": database_url,
+        "data_dir": data_dir,
+        "secret_key": SECRET_KEY,
+        "public_url": "http://board.test",
+        "smtp_url": smtp_url,
+        "mail_from": "board@lab.example",
+        "allow_insecure_webhooks": True,
+        "notices_retry_base_seconds": 0.2,
+        "notices_timeout_seconds": 3.0,
+        "notices_lease_seconds": 12.0,
+    }
+    return Settings(**(chosen | kw))
 
 
 @pytest.fixture

@@ -94,3 +94,12 @@ async def add_channel(client: httpx.AsyncClient, tenant: Tenant, **body: Any) ->
 def start_of_run() -> datetime:
     """90 minutes ago on a whole minute: the timeline each test walks towards now."""
     return (datetime.now(UTC) - timedelta(minutes=90)).replace(second=0, microsecond=0)
+
+
+async def wait_for(app: Any, check: Any, what: str, seconds: float = 60.0) -> None:
+    """Until `check()` (async) holds while the board's own workers run; generous deadline."""
+    deadline = time.monotonic() + seconds
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}; deliveries {await deliveries(app)}")
+        await asyncio.sleep(0.1)

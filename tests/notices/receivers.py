@@ -1,8 +1,9 @@
 """Real receivers started by the tests: an HTTP server that checks Standard Webhooks
-signatures, and an SMTP server (aiosmtpd)."""
+signatures, a TCP server that accepts and never answers, and an SMTP server (aiosmtpd)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -102,6 +103,60 @@ class HttpReceiver:
 
     def delivered(self) -> list[Received]:
         return [r for r in self.received if r.answered is not None and r.answered < 300]
+
+
+class SilentReceiver:
+    """A TCP server that accepts every connection, reads what is sent and never answers:
+    a receiver gone wrong. Counts the connections open now, and the most ever open."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.accepted = 0
+        self.open = 0
+        self.most_open = 0
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.connections: list[socket.socket] = []
+
+    def start(self) -> SilentReceiver:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # closed at stop
+            with self.lock:
+                self.accepted += 1
+                self.open += 1
+                self.most_open = max(self.most_open, self.open)
+                self.connections.append(conn)
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        try:
+            while conn.recv(65536):
+                pass  # read and drop; never answer
+        except OSError:
+            pass
+        with self.lock:
+            self.open -= 1
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.listener.close()
+        with self.lock:
+            for conn in self.connections:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
 
 
 class _Mailbox:

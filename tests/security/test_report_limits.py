@@ -17,7 +17,9 @@ import pytest
 
 from board.db.urls import libpq_url
 from board.reports.slots import REPORT_SLOTS, slot_key
+from tests.board.builders import make_tenant
 from tests.board.test_reports_builders import quick_tenant, workspace_id
+from tests.web.helpers import sign_in
 
 QUERY = "from=2026-11-01&to=2026-11-03"
 
@@ -135,4 +137,49 @@ async def test_slots_are_freed_when_reports_end_or_fail(
             assert r.status_code == 200, r.text
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
         ws = await workspace_id(probe, tenant.slug)
+        await _wait_all_free(probe, ws)
+
+
+async def test_the_reservations_report_and_statements_take_a_slot(app, client) -> None:
+    """They ran outside the slots: any number of them at once, each a month of rollups."""
+    acme = await make_tenant(app, "busy")
+    url = libpq_url(app.state.runtime.database_url)
+    assert (await sign_in(client, "finance@busy.example")).status_code == 303
+    reservations = f"/api/v1/workspaces/busy/reports/reservations?{QUERY}"
+    pages = ("/w/busy/statements?month=2026-11", "/w/busy/statements.csv?month=2026-11&team=ml")
+    holders = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
+        ws = await workspace_id(probe, "busy")
+        for slot in range(REPORT_SLOTS):
+            holder = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            await holder.execute("SELECT pg_advisory_lock(%s, %s)", list(slot_key(slot, ws)))
+            holders.append(holder)
+        try:
+            for fmt in ("json", "csv"):
+                r = await client.get(f"{reservations}&format={fmt}", headers=acme.auth("finance"))
+                assert r.status_code == 429, r.text
+                assert int(r.headers["Retry-After"]) > 0
+                assert f"{REPORT_SLOTS} reports" in r.json()["detail"]
+            # Bad input is still a 422, checked before a slot is sought.
+            r = await client.get(
+                "/api/v1/workspaces/busy/reports/reservations?from=x&to=y",
+                headers=acme.auth("finance"),
+            )
+            assert r.status_code == 422
+            assert isinstance(r.json()["detail"], str)
+            for page in pages:
+                r = await client.get(page)
+                assert r.status_code == 429, (page, r.text[:300])
+                assert int(r.headers["Retry-After"]) > 0
+                assert f"{REPORT_SLOTS} reports" in r.text
+        finally:
+            for holder in holders:
+                await holder.close()
+        await _wait_all_free(probe, ws)
+        # Free slots: each runs, and gives its slot back when done.
+        r = await client.get(reservations, headers=acme.auth("finance"))
+        assert r.status_code == 200, r.text
+        for page in pages:
+            r = await client.get(page)
+            assert r.status_code == 200, (page, r.text[:300])
         await _wait_all_free(probe, ws)

@@ -217,3 +217,45 @@ async def test_the_admin_form_dates_a_max_sample_gap_in_the_workspaces_zone(app,
     }
     page = (await client.get(saved.headers["location"])).text
     assert "120 s from the start; 300 s from 2026-07-01 10:00" in page
+    # A form that changes the zone too dates the value in the zone it sets.
+    moved = form | {"maxSampleGapSeconds": "600", "maxSampleGapFrom": "2026-08-01T10:00"}
+    saved = await client.post("/w/acme/admin/settings", data=moved | {"timezone": "Asia/Tokyo"})
+    assert saved.status_code == 303, saved.text
+    settings = (await client.get("/api/v1/workspaces/acme/settings", headers=acme.auth())).json()
+    assert settings["maxSampleGapHistory"][-1]["from"] == "2026-08-01T01:00:00+00:00"
+
+
+async def test_an_issued_token_says_how_to_install_and_which_url_to_use(app, client) -> None:
+    """The enrollment instructions name the agents' install lines and Python, and, with no
+    public URL configured, that the URL shown is only what this browser used."""
+    await make_tenant(app, "acme")
+    await sign_in(client, "admin@acme.example")
+    csrf = csrf_of((await client.get("/w/acme/admin")).text)
+    issued = await client.post("/w/acme/admin/enrollment-tokens", data={"csrf_token": csrf})
+    page = issued.text
+    assert "python3.12 -m pip install gpu-usage-audit" in page
+    assert "Python 3.12 or newer" in page
+    assert 'id="url-hint"' in page
+    assert "GUA_BOARD_PUBLIC_URL" in page
+    app.state.runtime.settings.public_url = "https://gpus.example.org"
+    try:
+        csrf = csrf_of((await client.get("/w/acme/admin")).text)
+        page = (
+            await client.post("/w/acme/admin/enrollment-tokens", data={"csrf_token": csrf})
+        ).text
+    finally:
+        app.state.runtime.settings.public_url = None
+    assert "gua enroll --server-url https://gpus.example.org --enrollment-token" in page
+    assert 'id="url-hint"' not in page
+
+
+async def test_the_people_link_is_offered_only_to_those_who_may_see_people(app, client) -> None:
+    """Finance sees no processes, so the fleet page offers it no "People" link."""
+    await make_tenant(app, "acme")
+    await sign_in(client, "member@acme.example")
+    assert 'href="/w/acme/people"' in (await client.get("/w/acme/")).text
+    client.cookies.clear()
+    await sign_in(client, "finance@acme.example")
+    fleet = await client.get("/w/acme/")
+    assert fleet.status_code == 200
+    assert 'href="/w/acme/people"' not in fleet.text
