@@ -26,6 +26,7 @@ from board.db.urls import libpq_url
 from board.reports import params
 from board.rollups.daily import refresh_day_rollups
 from tests.board.builders import Tenant, enroll, make_tenant, push
+from tests.board.reservation_builders import book_at
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,
@@ -64,7 +65,7 @@ def expected_days(zone: str, first: date, following: date) -> dict[str, int]:
     return dict(days)
 
 
-async def seeded(app: Any, client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def seeded(app: Any, client: httpx.AsyncClient, tenant: Tenant) -> str:
     """One GPU whose hour rollups cover every seeded hour, held by dana and eve; day rows
     refreshed, so a report reads whole UTC days from them and the rest from hours."""
     host = await enroll(client, tenant)
@@ -100,6 +101,7 @@ async def seeded(app: Any, client: httpx.AsyncClient, tenant: Tenant) -> None:
                 [ws, gpu_id, user, host_id, hours, per_hour],
             )
         await refresh_day_rollups(conn)
+    return str(host["hostId"])
 
 
 def us(hours: float) -> int:
@@ -236,6 +238,37 @@ async def test_the_usage_page_and_the_api_agree(
     charted = re.findall(r'data-day="([0-9-]+)"', page.text)
     api = await report(client, tenant, "usage", **query)
     assert charted == [r["day"] for r in api["rows"]] == [f"2026-11-0{d}" for d in range(1, 8)]
+
+
+async def test_reservations_report_cuts_the_same_days(app: Any, client: httpx.AsyncClient) -> None:
+    """Reserved time is cut where the days begin (19:00 UTC in Kolkata), so it lands on
+    the same days as the hour figures."""
+    tenant = await make_tenant(app, "bookz")
+    host_id = await seeded(app, client, tenant)
+    await book_at(
+        app,
+        tenant,
+        datetime(2026, 10, 20, tzinfo=UTC),
+        hostId=host_id,
+        gpuUuids=["GPU-0"],
+        start="2026-11-03T10:00:00Z",
+        end="2026-11-06T10:00:00Z",
+    )
+    body = await report(
+        client,
+        tenant,
+        "reservations",
+        groupBy="day",
+        **{"from": "2026-11-01", "to": "2026-12-01", "tz": "Asia/Kolkata"},
+    )
+    assert "begins at 00:30" in body["hourAlignment"]
+    assert [(r["day"], r["reservedGpuHours"]) for r in body["rows"]] == [
+        ("2026-11-03", 9.0),  # 10:00 to 19:00 UTC, the day's end at 00:30 on the 4th
+        ("2026-11-04", 24.0),
+        ("2026-11-05", 24.0),
+        ("2026-11-06", 15.0),  # from 19:00 UTC on the 5th
+    ]
+    assert body["totals"]["reservedGpuHours"] == 72.0
 
 
 async def test_whole_hour_zones_state_no_alignment(app: Any, client: httpx.AsyncClient) -> None:
