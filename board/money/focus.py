@@ -21,7 +21,7 @@ from board.reports import repository as repo
 from board.reports import service as reports
 from board.reports.cost import Currency, amount_text, exact, has_renames, workspace_currency
 from board.reports.csv import LINE_END, csv_cells
-from board.reports.params import Window, require_whole_hour_days
+from board.reports.params import Window
 
 # FOCUS 1.2's Mandatory columns (each marked "Feature level: Mandatory" in the
 # specification's column pages), with their data types.
@@ -199,7 +199,6 @@ async def prepare_focus(
     """The FOCUS CSV as chunks; the first query runs before any byte is sent, so a bad
     zone is a clean 422. A workspace without a currency (no prices yet) exports the
     header alone: every FOCUS row needs a BillingCurrency."""
-    require_whole_hour_days(window)
     currency = await workspace_currency(conn, workspace_id)
     if currency is None:
         return _header_only()

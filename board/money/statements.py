@@ -54,8 +54,7 @@ def parse_month(value: str | None, today: date) -> date:
 
 
 def month_window(first: date, zone: str) -> Window:
-    """The month from its first local midnight to the next, as report bounds on hours:
-    a date in a half-hour zone (Asia/Kolkata) is a 422 of the reports."""
+    """The month as the reports count local days (the UTC hours that start on them)."""
     following = (first + timedelta(days=32)).replace(day=1)
     return parse_window(local_day_hour(first, zone), local_day_hour(following, zone), zone)
 

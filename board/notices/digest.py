@@ -46,8 +46,7 @@ def due(ws: WorkspaceRow, now: datetime) -> DigestDay | None:
 
 async def figures(session: AsyncSession, ws: WorkspaceRow, day: date) -> dict[str, Any]:
     """Idle-held GPU-hours per Linux user and reserved-but-idle GPU-hours per member."""
-    # Hours, not dates: a date in a half-hour zone (Asia/Kolkata) is a 422 of the reports,
-    # and raised here it stopped every workspace's notice pass.
+    # The day's first and next day's first hour, as the reports count local days.
     start, end = (
         local_day_hour(day, ws.timezone),
         local_day_hour(day + timedelta(days=1), ws.timezone),

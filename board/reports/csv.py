@@ -46,9 +46,19 @@ def csv_cells(values: Iterable[object]) -> str:
     return out.getvalue()[: -len(LINE_END)]
 
 
-def render_csv(report: Report) -> str:
+def render_csv(report: Report, cost_digits: int = 2) -> str:
+    """`cost_digits`: the currency's minor digits (money is written "19.22", not with the
+    six decimals of hours)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator=LINE_END)
     writer.writerow(report.columns)
-    writer.writerows([_cell(row[c]) for c in report.columns] for row in report.rows)
+    writer.writerows(
+        [
+            f"{row[c]:.{cost_digits}f}"
+            if c == "cost" and isinstance(row[c], float)
+            else _cell(row[c])
+            for c in report.columns
+        ]
+        for row in report.rows
+    )
     return out.getvalue()

@@ -249,12 +249,6 @@ def local_day_hour(day: date, zone: str) -> str:
     return first_hour(day, tz).isoformat()
 
 
-def require_whole_hour_days(window: Window) -> None:
-    """Nothing to refuse any more: every zone's days are cut exactly (the hour-start
-    rule). Kept only while board/money/focus.py still calls it."""
-    del window
-
-
 def parse_usage_group(value: str | None) -> tuple[str, ...]:
     raw = "user" if value is None or value.strip() == "" else value
     keys = tuple(part.strip() for part in raw.split(","))

@@ -26,7 +26,14 @@ import psycopg
 
 from board.reports import repository as repo
 from board.reports import service
-from board.reports.cost import Pricing, amount, exact, window_pricing, workspace_currency
+from board.reports.cost import (
+    Pricing,
+    amount,
+    amount_text,
+    exact,
+    window_pricing,
+    workspace_currency,
+)
 from board.reports.csv import LINE_END, _cell, csv_cells
 from board.reports.params import Window
 from board.reports.schemas import UsageTotals
@@ -236,7 +243,13 @@ async def prepare_usage(
                     )
                     if with_covered:
                         figures += (service.hours(covered),)
-                    figures += (amount(cost, currency), code)
+                    # CSV money with the currency's own digits ("19.22"), as statements.
+                    figures += (
+                        amount(cost, currency)
+                        if fmt == "json" or currency is None
+                        else amount_text(cost, currency),
+                        code,
+                    )
                     built.append(key_values(row) + figures)
                 if fmt == "json":
                     body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])

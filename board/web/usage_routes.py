@@ -213,7 +213,7 @@ async def usage_csv(
     return finish(
         request,
         Response(
-            render_csv(report),
+            render_csv(report, MINOR_UNITS.get(report.totals.currency or "", 2)),
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         ),

@@ -142,7 +142,7 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "3.000000",
         "0.000000",
         "0.000000",
-        "8.000000",
+        "8.00",  # money in the currency's minor units
         "EUR",
     ]
     assert lines[2] == [
@@ -152,7 +152,7 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "0.000000",
         "3.000000",
         "1.000000",
-        "3.000000",
+        "3.00",
         "EUR",
     ]
 
