@@ -157,10 +157,13 @@ async def take_pending(
     return row
 
 
-async def account_for(db: AsyncSession, provider: OidcProvider, identity: oidc.Identity) -> User:
+async def account_for(
+    db: AsyncSession, provider: OidcProvider, identity: oidc.Identity, address: str
+) -> User:
     """The person the provider vouches for: an account with that email, or a new one when
     a workspace to join is configured; either only for an email domain the provider
-    speaks for (allowed_domains), or for any existing account with allow_any_domain."""
+    speaks for (allowed_domains), or for any existing account with allow_any_domain.
+    `address` (the browser's) goes into the audit entry of a person who joins."""
     email = identity.email
     if email is None or not plausible_email(email):
         raise SsoFailed(f"{provider.display_name} did not share an email address.")
@@ -193,6 +196,7 @@ async def account_for(db: AsyncSession, provider: OidcProvider, identity: oidc.I
         email=email,
         target=email,
         detail={"role": provider.join_role, "provider": provider.name},
+        address=address,
     )
     await db.flush()
     return user

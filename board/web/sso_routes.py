@@ -145,7 +145,7 @@ async def callback(
             pending.nonce,
         )
         email = identity.email or ""
-        user = await service.account_for(db, provider, identity)
+        user = await service.account_for(db, provider, identity, address)
         user_id = user.id
     except SsoFailed as exc:
         if email:

@@ -6,17 +6,17 @@ from datetime import date, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request, Response
+import psycopg
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from board.db.connection import report_connection
-from board.db.deps import SessionDep
 from board.errors import DomainError, Unprocessable
 from board.money.currencies import MINOR_UNITS
 from board.reports import params, service
 from board.reports.csv import render_csv
+from board.reports.slots import report_slot
 from board.web.charts import DayChart, day_columns, stacked_bars
 from board.web.deps import Page, PageDep
-from board.web.render import PageRoute, finish, render
+from board.web.render import PageRoute, error_page, finish, render
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
@@ -52,22 +52,38 @@ def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str
     }
 
 
-async def _report(db: SessionDep, page: Page, query: dict[str, str]) -> service.UsageReport:
-    """The REST report of the same query: its dates are the API's (in a zone not whole
-    hours from UTC, a day is the UTC hours that start on it, as the report says)."""
+def _parsed(query: dict[str, str]) -> tuple[params.Window, tuple[str, ...]]:
+    """The report's window and keys (the REST report's terms: in a zone not whole hours
+    from UTC a day is the UTC hours that start on it); bad input is a 422 here, before a
+    slot is sought."""
     window = params.parse_window(query["from"], query["to"], query["tz"])
-    keys = params.parse_usage_group(query["groupBy"])
-    return await service.usage_report(
-        await report_connection(db), page.ctx.workspace_id, window, keys
-    )
+    return window, params.parse_usage_group(query["groupBy"])
+
+
+async def _report(
+    conn: psycopg.AsyncConnection[Any], page: Page, query: dict[str, str]
+) -> service.UsageReport:
+    window, keys = _parsed(query)
+    return await service.usage_report(conn, page.ctx.workspace_id, window, keys)
+
+
+def _busy(request: Request, exc: HTTPException) -> Response:
+    """Every report slot of the workspace is taken: the reports' 429, as a page."""
+    response = error_page(request, exc.status_code, str(exc.detail))
+    response.headers.update(exc.headers or {})
+    return response
 
 
 async def _days(
-    db: SessionDep, page: Page, query: dict[str, str], report: service.UsageReport, keys: list[str]
+    conn: psycopg.AsyncConnection[Any],
+    page: Page,
+    query: dict[str, str],
+    report: service.UsageReport,
+    keys: list[str],
 ) -> DayChart | None:
     """GPU-hours per day, active and idle-held: the same report per day (from the
     rollups), or this one when it is already per day."""
-    daily = report if keys == ["day"] else await _report(db, page, {**query, "groupBy": "day"})
+    daily = report if keys == ["day"] else await _report(conn, page, {**query, "groupBy": "day"})
     if not daily.rows:
         return None
     found = {
@@ -136,7 +152,6 @@ def _presets(today: date) -> list[tuple[str, str, str]]:
 async def usage_page(
     request: Request,
     page: PageDep,
-    db: SessionDep,
     from_: Annotated[str, Query(alias="from")] = "",
     to: str = "",
     through: str = "",
@@ -166,14 +181,20 @@ async def usage_page(
         "api_url": (f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv"),
     }
     try:
-        report = await _report(db, page, query)
+        # The keys as the report reads them ("user " is user): the rows carry those names.
+        keys = list(_parsed(query)[1])
+        # A year of rollups, twice: it holds one of the workspace's report slots, as the
+        # REST report does (all taken: the 429 with Retry-After, as a page).
+        async with report_slot(request, page.ctx.workspace_id) as conn:
+            report = await _report(conn, page, query)
+            days = await _days(conn, page, query, report, keys)
+    except HTTPException as exc:
+        return _busy(request, exc)
     except DomainError as exc:
         if exc.status_code != 422:
             raise
         context["error"] = exc.detail
         return render(request, "usage.html", context, status_code=422)
-    # The keys as the report read them ("user " is user): the rows carry those names.
-    keys = list(params.parse_usage_group(query["groupBy"]))
     # Largest idle-held GPU-hours first (the table's default order; its headers re-sort).
     rows = sorted(report.rows, key=lambda r: -(r["idleHeldGpuHours"] or 0.0))
     labels = [_label(r, keys) for r in rows]
@@ -189,7 +210,7 @@ async def usage_page(
                 for label, r in zip(labels, rows, strict=True)
             ]
         ),
-        days=await _days(db, page, query, report, keys),
+        days=days,
     )
     return render(request, "usage.html", context)
 
@@ -198,14 +219,18 @@ async def usage_page(
 async def usage_csv(
     request: Request,
     page: PageDep,
-    db: SessionDep,
     from_: Annotated[str, Query(alias="from")] = "",
     to: str = "",
     group_by: Annotated[str, Query(alias="groupBy")] = "",
     tz: str = "",
 ) -> Response:
     query = _query(page, from_, to, "", group_by, tz)
-    report = await _report(db, page, query)
+    _parsed(query)
+    try:
+        async with report_slot(request, page.ctx.workspace_id) as conn:
+            report = await _report(conn, page, query)
+    except HTTPException as exc:
+        return _busy(request, exc)
     # Named by the first and the last day it includes, in the report's zone.
     window = _window_of(report)
     first, last = window.day_of(window.start), window.last_day()
