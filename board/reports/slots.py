@@ -35,11 +35,50 @@ def slot_key(slot: int, workspace_id: int) -> tuple[int, int]:
     return SLOT_LOCK_BASE + slot, workspace_id & 0x7FFFFFFF
 
 
+# Report requests of each workspace connecting and seeking a slot in this process. The
+# advisory locks bound running reports across processes, but only once connected: with
+# this checked first, a flood of one workspace's report requests is refused without
+# opening a backend each (past PostgreSQL's max_connections, every workspace's pages and
+# pushes would fail). A request holding a slot holds its lock, so a process has at most
+# twice REPORT_SLOTS report connections of a workspace at any moment.
+_seeking: dict[int, int] = {}
+
+
+def _busy() -> HTTPException:
+    return HTTPException(
+        status_code=429,
+        detail=(
+            f"This workspace already has {REPORT_SLOTS} reports running, the most it may "
+            f"run at once; try again in {RETRY_AFTER_SECONDS} seconds."
+        ),
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
 async def take_report_connection(
     connection: HTTPConnection, workspace_id: int
 ) -> psycopg.AsyncConnection[Any]:
     """A new read-only connection holding one of the workspace's report slots; a 429
     when all are taken. The caller closes it (that frees the slot)."""
+    if _seeking.get(workspace_id, 0) >= REPORT_SLOTS:
+        raise _busy()  # before any connection: a refused request costs no backend
+    _seeking[workspace_id] = _seeking.get(workspace_id, 0) + 1
+    try:
+        conn = await _connect_with_slot(connection, workspace_id)
+    finally:
+        left = _seeking[workspace_id] - 1
+        if left:
+            _seeking[workspace_id] = left
+        else:
+            del _seeking[workspace_id]
+    if conn is None:
+        raise _busy()
+    return conn
+
+
+async def _connect_with_slot(
+    connection: HTTPConnection, workspace_id: int
+) -> psycopg.AsyncConnection[Any] | None:
     url = libpq_url(connection.app.state.runtime.database_url)
     conn = await psycopg.AsyncConnection.connect(url, application_name=APPLICATION_NAME)
     try:
@@ -57,14 +96,7 @@ async def take_report_connection(
         await conn.close()
         raise
     await conn.close()
-    raise HTTPException(
-        status_code=429,
-        detail=(
-            f"This workspace already has {REPORT_SLOTS} reports running, the most it may "
-            f"run at once; try again in {RETRY_AFTER_SECONDS} seconds."
-        ),
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-    )
+    return None
 
 
 @asynccontextmanager

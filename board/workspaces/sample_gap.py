@@ -37,8 +37,9 @@ async def change_sample_gap(
     seconds: int,
     from_: datetime | None,
     now: datetime,
-) -> None:
-    """Record `seconds` in force from `from_` (None: now) and re-judge what it covers.
+) -> int:
+    """Record `seconds` in force from `from_` (None: now) and re-judge what it covers;
+    the value in force before, as read under the lock.
 
     Runs in the caller's transaction (which commits it with the rest of the request).
     """
@@ -52,6 +53,7 @@ async def change_sample_gap(
     assert row is not None  # the request's workspace
     froms: list[datetime | None] = list(row[0])
     values: list[int] = list(row[1])
+    previous = values[-1]
     start = now if from_ is None else from_.astimezone(UTC)
     if start > now:
         raise Unprocessable("maxSampleGapFrom must not be in the future.")
@@ -60,7 +62,7 @@ async def change_sample_gap(
     if kept[-1][1] != seconds:
         kept.append((start, seconds))
     if kept == list(zip(froms, values, strict=True)):
-        return  # the value in force from `start` on already: nothing changes
+        return previous  # the value in force from `start` on already: nothing changes
     if len(kept) > MAX_CHANGES:
         raise Conflict(f"maxSampleGapSeconds keeps at most {MAX_CHANGES} dated values.")
     froms, values = [f for f, _ in kept], [v for _, v in kept]
@@ -71,6 +73,7 @@ async def change_sample_gap(
         [froms, values, values[-1], workspace_id],
     )
     await _rejudge(conn, workspace_id, start)
+    return previous
 
 
 async def _refuse_unrebuildable(

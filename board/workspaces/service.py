@@ -406,9 +406,8 @@ async def update_settings(
     """
     detail: dict[str, object] = {}
     if patch.max_sample_gap_seconds is not None:
-        previous = workspace.max_sample_gap_seconds
         conn = await report_connection(session)
-        await change_sample_gap(
+        previous = await change_sample_gap(
             conn,
             workspace.id,
             patch.max_sample_gap_seconds,
@@ -421,6 +420,9 @@ async def update_settings(
             detail["max_sample_gap_from"] = sent["max_sample_gap_from"]
         if previous != patch.max_sample_gap_seconds:
             detail["previous_max_sample_gap_seconds"] = previous
+    # The row as it stands, locked: two admins' changes at once each record the value
+    # the other left as "previous", not the one read when the request began.
+    await session.refresh(workspace, with_for_update=True)
     for name, value in patch.changes().items():
         previous = getattr(workspace, name)
         setattr(workspace, name, value)

@@ -247,6 +247,7 @@ async def test_the_change_is_audited_with_its_date(app, client) -> None:
     assert entry["detail"] == {
         "max_sample_gap_seconds": 300,
         "max_sample_gap_from": "2026-11-01T00:00:00Z",
+        "previous_max_sample_gap_seconds": 120,
     }
 
 

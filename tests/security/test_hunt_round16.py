@@ -7,8 +7,10 @@ Each test asserts the behaviour that must hold, and failed on the defect it name
   client address, the one audit entry still without one (fixed);
 - the usage page and usage.csv ran year-long usage reports outside the workspace's
   report slots, on the request's pooled connection (fixed);
-- a report request opens a PostgreSQL connection before it knows a slot is free, so a
-  flood of them from one workspace holds as many backends (strict xfail: board/reports).
+- a report request opened a PostgreSQL connection before it knew a slot was free, so a
+  flood of them from one workspace held as many backends (fixed: at most REPORT_SLOTS
+  requests of a workspace connect and seek a slot at once in a process; the rest are
+  refused before connecting).
 
 Attacks that held (no test): pg_terminate_backend of the request's backend while it
 waits on a lock, for each of 38 tables under 34 routes (API, pages, CSV, statements,
@@ -150,11 +152,6 @@ async def test_the_usage_page_and_its_csv_take_a_report_slot(
         assert r.status_code == 200, (page, r.text[:300])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="board/reports/slots.py opens a connection before it knows a slot is free "
-    "(board/reports is being edited elsewhere; fix described in the round-16 report)",
-)
 async def test_a_flood_of_reports_opens_no_more_connections_than_the_slots(
     app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
