@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -90,6 +90,32 @@ def _window_of(report: service.UsageReport) -> params.Window:
     return params.Window(report.head.from_, report.head.to, tz_name, zone)
 
 
+def _is_time(value: str) -> bool:
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _form_refusal(from_: str, through: str) -> str | None:
+    """The form's days checked in its own words: the report's sentence speaks of `to`
+    (the day after Through) as UTC instants and a [from, to) window the form never shows."""
+    days: dict[str, date] = {}
+    for label, value in (("From", from_), ("Through", through)):
+        if not value:
+            continue
+        try:
+            days[label] = date.fromisoformat(value)
+        except ValueError:
+            if label == "From" and _is_time(value):
+                continue  # a link's exact time: the report checks it
+            return f"{label} {value[:40]!r} is not a date; write it as YYYY-MM-DD."
+    if len(days) == 2 and days["Through"] < days["From"]:
+        return "Through must be on or after From."
+    return None
+
+
 def _through(to: str) -> str:
     """The form shows the last day included; the report's `to` is the day after."""
     try:
@@ -165,6 +191,10 @@ async def usage_page(
         "cost_digits": 2,
         "api_url": (f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv"),
     }
+    refused = _form_refusal(from_, through) if not to else None
+    if refused is not None:
+        context["error"] = refused
+        return render(request, "usage.html", context, status_code=422)
     try:
         report = await _report(db, page, query)
     except DomainError as exc:
