@@ -43,7 +43,7 @@ def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str
             to = through  # the report's parser says why it is wrong
         except OverflowError:
             # 9999-12-31: the calendar has no day after it (was a 500).
-            raise Unprocessable(f"through {through} is the calendar's last day.") from None
+            raise Unprocessable(f"Through {through} is the calendar's last day.") from None
     return {
         "from": from_ or (today - timedelta(days=DEFAULT_DAYS - 1)).isoformat(),
         "to": to or (today + timedelta(days=1)).isoformat(),
