@@ -16,6 +16,42 @@ from board.errors import Conflict, Forbidden, Unprocessable
 from board.rollups.crediting import UNKNOWN_USER
 
 
+class UnknownHost(Unprocessable):
+    """The booking names no host of this workspace (a page asks to pick one)."""
+
+
+class UnknownGpu(Unprocessable):
+    """The booking names a GPU the host never reported, or one twice."""
+
+
+class Overlap(Conflict):
+    """Another booking holds some of these GPUs for part of the time.
+
+    The API's sentence names it by id and UTC times; the attributes let a page name the
+    GPUs, the member and the local times instead.
+    """
+
+    def __init__(
+        self,
+        email: str,
+        start: datetime,
+        end: datetime,
+        public: str,
+        host_id: str,
+        gpu_uuids: list[str],
+    ) -> None:
+        super().__init__(
+            f"Those GPUs are already booked by {email} from {start.astimezone(UTC).isoformat()} "
+            f"to {end.astimezone(UTC).isoformat()} (reservation {public}).",
+            reservationId=public,
+        )
+        self.email = email
+        self.start = start
+        self.end = end
+        self.host_id = host_id  # public id
+        self.gpu_uuids = gpu_uuids
+
+
 async def member(
     conn: psycopg.AsyncConnection[Any], ctx: WorkspaceContext, email: str | None
 ) -> tuple[int, str]:
@@ -50,14 +86,14 @@ async def host(conn: psycopg.AsyncConnection[Any], workspace_id: int, host: str)
     try:
         public_id = uuid.UUID(host)
     except ValueError:
-        raise Unprocessable(f"hostId {host!r} is not a host of this workspace.") from None
+        raise UnknownHost(f"hostId {host!r} is not a host of this workspace.") from None
     cur = await conn.execute(
         "SELECT id, revoked_at IS NOT NULL FROM hosts WHERE workspace_id = %s AND public_id = %s",
         [workspace_id, public_id],
     )
     row = await cur.fetchone()
     if row is None:
-        raise Unprocessable(f"hostId {host!r} is not a host of this workspace.")
+        raise UnknownHost(f"hostId {host!r} is not a host of this workspace.")
     if row[1]:
         raise Unprocessable("That host is revoked; it cannot be booked.")
     return int(row[0])
@@ -92,10 +128,10 @@ async def gpus(
             raise Unprocessable("This host has reported no GPUs yet; there is nothing to book.")
         return sorted(known.values())
     if len(set(wanted)) != len(wanted):
-        raise Unprocessable("gpuUuids names a GPU twice.")
+        raise UnknownGpu("gpuUuids names a GPU twice.")
     unknown = [u for u in wanted if u not in known]
     if unknown:
-        raise Unprocessable(f"GPU {unknown[0]!r} is not a GPU of this host.")
+        raise UnknownGpu(f"GPU {unknown[0]!r} is not a GPU of this host.")
     return sorted(known[u] for u in wanted)
 
 
@@ -133,24 +169,24 @@ async def refuse_overlap(
     """409 naming the booking in the way (the host is locked: nothing can slip in)."""
     cur = await conn.execute(
         """
-        SELECT r.public_id, u.email, lower(r.during), upper(r.during)
+        SELECT r.public_id, u.email, lower(r.during), upper(r.during), h.public_id,
+               array_agg(g.uuid ORDER BY g.gpu_index, g.uuid)
         FROM reservation_gpus rg
         JOIN reservations r ON r.workspace_id = rg.workspace_id AND r.id = rg.reservation_id
         JOIN users u ON u.id = r.user_id
+        JOIN hosts h ON h.workspace_id = r.workspace_id AND h.id = r.host_id
+        JOIN gpus g ON g.workspace_id = rg.workspace_id AND g.id = rg.gpu_id
         WHERE rg.workspace_id = %s AND rg.gpu_id = ANY(%s) AND rg.during && tstzrange(%s, %s)
           AND r.id IS DISTINCT FROM %s
+        GROUP BY r.id, r.public_id, u.email, r.during, h.public_id
         ORDER BY lower(r.during) LIMIT 1
         """,
         [workspace_id, gpu_ids, start, end, other_than],
     )
     row = await cur.fetchone()
     if row is not None:
-        public, email, lo, hi = row
-        raise Conflict(
-            f"Those GPUs are already booked by {email} from {lo.astimezone(UTC).isoformat()} "
-            f"to {hi.astimezone(UTC).isoformat()} (reservation {public}).",
-            reservationId=str(public),
-        )
+        public, email, lo, hi, host, uuids = row
+        raise Overlap(str(email), lo, hi, str(public), str(host), [str(u) for u in uuids])
 
 
 async def write_gpus(

@@ -18,6 +18,7 @@ from board.reservations.calendar import ics
 from board.reservations.params import parse_moment
 from board.reservations.schemas import (
     CalendarFeedOut,
+    ReservationCreated,
     ReservationIn,
     ReservationList,
     ReservationOut,
@@ -36,8 +37,9 @@ CSV_ALTERNATIVE: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/reservations", status_code=201, response_model=ReservationOut)
-async def book(body: ReservationIn, ctx: MemberDep, session: SessionDep) -> ReservationOut:
+@router.post("/reservations", status_code=201, response_model=ReservationCreated)
+async def book(body: ReservationIn, ctx: MemberDep, session: SessionDep) -> ReservationCreated:
+    """Book GPUs; `warnings` names each one someone else is on now, if it starts soon."""
     return await service.create(session, ctx, body)
 
 

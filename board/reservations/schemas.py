@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
@@ -53,6 +53,26 @@ class ReservationOut(ReadModel):
     start: IsoTime
     end: IsoTime
     note: str
+
+
+class BusyGpu(ReadModel):
+    """A booked GPU that someone other than the booking's Linux users holds right now."""
+
+    code: Literal["gpu_busy"] = "gpu_busy"
+    gpu_uuid: str
+    gpu_index: int
+    state: Literal["active", "idle_held"]
+    # Who holds it, not counting the booking's own Linux users (`unknown`: a held card
+    # whose process the host could not name), and the members the directory links them to.
+    linux_users: list[str]
+    member_emails: list[str]
+    detail: str
+
+
+class ReservationCreated(ReservationOut):
+    """A new booking, with a warning per booked GPU someone else is on when it starts soon."""
+
+    warnings: list[BusyGpu] = []
 
 
 class ReservationList(ReadModel):

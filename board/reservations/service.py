@@ -21,10 +21,15 @@ from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
 from board.db.locks import lock_hosts
 from board.errors import Conflict, Forbidden, NotFound, Unprocessable
-from board.reservations import queries, resolve, rules
+from board.reservations import busy, queries, resolve, rules
 from board.reservations.crediting import Booking, ReservationDelta
 from board.reservations.queries import StoredReservation
-from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
+from board.reservations.schemas import (
+    ReservationCreated,
+    ReservationIn,
+    ReservationOut,
+    ReservationPatch,
+)
 from board.reservations.store import write_figures
 from board.rollups.gaps import GapSchedule, load_schedule
 from board.rollups.rebuild import host_ticks
@@ -99,7 +104,8 @@ async def recredit(
 
 async def create(
     session: AsyncSession, ctx: WorkspaceContext, body: ReservationIn, now: datetime | None = None
-) -> ReservationOut:
+) -> ReservationCreated:
+    """Book; the answer warns of each booked GPU someone else is on, if it starts soon."""
     now = _now(now)
     conn = await report_connection(session)
     ws = ctx.workspace_id
@@ -145,7 +151,12 @@ async def create(
             target=stored.shown.reservation_id,
             detail={"memberEmail": email},
         )
-    return stored.shown
+    warnings = []
+    if start < now + busy.BUSY_AHEAD:
+        warnings = await busy.busy_gpus(
+            conn, ws, host_id, gpu_ids, linux_users, ctx.workspace.stale_after_seconds, now
+        )
+    return ReservationCreated(**dict(stored.shown), warnings=warnings)
 
 
 def _may_change(ctx: WorkspaceContext, stored: StoredReservation) -> None:
@@ -205,25 +216,23 @@ async def update(
         if start != stored.start and stored.start <= now:
             raise Unprocessable("This booking has started; its start cannot move.")
         if end < now:
-            raise Unprocessable(
+            raise rules.RangeRefused(
                 f"end ({end.isoformat()}) is in the past; moving a booking never changes "
-                "its past. Cancel it to end it now."
+                "its past. Cancel it to end it now.",
+                "end_past",
+                start,
+                end,
             )
         if start < stored.start or end > stored.end:
             await resolve.refuse_revoked(conn, ctx.workspace_id, stored.host_id)
         if start != stored.start:
             rules.check_range(start, end, ctx.workspace.max_reservation_days, now)
         elif end <= start:
-            raise Unprocessable(
-                f"end ({end.isoformat()}) must be after start ({start.isoformat()})."
-            )
+            raise rules.reversed_range(start, end)
         elif end > stored.end and end - start > timedelta(days=ctx.workspace.max_reservation_days):
             # Only growing is held to the limit: a booking made before an admin lowered
             # maxReservationDays may still be shortened.
-            raise Unprocessable(
-                f"A booking is at most {ctx.workspace.max_reservation_days} day(s) long (the "
-                "workspace's maxReservationDays)."
-            )
+            raise rules.too_long(start, end, ctx.workspace.max_reservation_days)
         await _move(session, ctx, stored, start, end)
     if body.note is not None:
         await conn.execute(

@@ -69,8 +69,8 @@ class Timeline:
     zone: tzinfo
 
     def local(self, moment: datetime) -> str:
-        """A time as the page shows it: the workspace's local day and minute."""
-        return moment.astimezone(self.zone).strftime("%a %d %b %H:%M")
+        """A time as the page shows it (and its time inputs take it), with the weekday."""
+        return moment.astimezone(self.zone).strftime("%a %Y-%m-%d %H:%M")
 
 
 def window(now: datetime) -> tuple[datetime, datetime]:

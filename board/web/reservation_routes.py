@@ -2,7 +2,10 @@
 
 Plain forms (POST, then a redirect) work without script; reservations.js only reloads
 the page when the host picked in the booking form changes, to offer its GPUs. Times in
-the forms are the workspace's local time (datetime-local has no offset).
+the forms are the workspace's local time, written YYYY-MM-DD HH:MM as the page shows
+them (a browser's date picker would show its own locale's format beside them).
+A booking that starts soon on GPUs someone else is on is not stored at first: the page
+names who is on them and asks to "Book anyway".
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.errors import DomainError, Unprocessable
 from board.reservations import feed, queries, service, timeline
-from board.reservations.schemas import ReservationIn, ReservationOut, ReservationPatch
+from board.reservations.schemas import BusyGpu, ReservationIn, ReservationOut, ReservationPatch
 from board.settings import SettingsDep
 from board.web.deps import CsrfDep, MemberPageDep, Page, PageDep
 from board.web.render import PageRoute, redirect, render
+from board.web.reservation_words import LABELS, SHOWN, Words, confirmation
 from board.workspaces import service as workspaces
 
 router = APIRouter(prefix="/w/{slug}/reservations", route_class=PageRoute, include_in_schema=False)
@@ -32,7 +36,9 @@ NOTICES = {
     "changed": "The booking's end was changed.",
     "cancelled": "The booking was cancelled (a running one ended now).",
 }
-LOCAL_FORMAT = "%Y-%m-%dT%H:%M"
+
+
+TIME_PATTERN = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}"
 
 
 @dataclass(frozen=True)
@@ -52,22 +58,26 @@ def _zone(page: Page) -> tzinfo:
 
 
 def _local_input(moment: datetime, zone: tzinfo) -> str:
-    return moment.astimezone(zone).strftime(LOCAL_FORMAT)
+    return moment.astimezone(zone).strftime(SHOWN)
 
 
 def _parse_local(label: str, value: str, zone: tzinfo) -> datetime:
-    """A datetime-local field (or an ISO time with an offset) as an aware time."""
+    """A time field (YYYY-MM-DD HH:MM local, or an ISO time with an offset) as an aware time."""
     try:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise Unprocessable(f"{label} {value[:40]!r} is not a date and time.") from None
+        raise Unprocessable(
+            f"{label}: {value[:40]!r} is not a date and time; write it as YYYY-MM-DD HH:MM."
+        ) from None
+    if moment.second or moment.microsecond:
+        raise Unprocessable(f"{label}: bookings start and end on whole minutes (HH:MM).")
     if moment.tzinfo is not None:
         return moment
     local = moment.replace(tzinfo=zone)
     # A wall time the clocks skip (02:30 on a spring-forward night) has no instant; zoneinfo
     # would quietly move it an hour, and the booking would start when nobody asked.
     if local.astimezone(UTC).astimezone(zone).replace(tzinfo=None) != moment:
-        raise Unprocessable(f"{label} {value[:40]} does not exist in {zone}: the clocks skip it.")
+        raise Unprocessable(f"{label}: {value[:40]} does not exist in {zone}: the clocks skip it.")
     return local
 
 
@@ -78,10 +88,13 @@ async def _page(
     host: str = "",
     status_code: int = 200,
     form: BookingForm | None = None,
-    error: str | None = None,
+    refusal: DomainError | None = None,
     feed_url: str | None = None,
     gpu: str = "",
+    busy: list[BusyGpu] | None = None,
 ) -> Response:
+    """The page; `refusal` of the booking form (`form` given) or of a booking's change,
+    `busy`: the GPUs someone else is on, for the form's "Book anyway"."""
     now = datetime.now(UTC)
     zone = _zone(page)
     conn = await report_connection(db)
@@ -96,8 +109,13 @@ async def _page(
     )
     hosts = list(dict.fromkeys((g.host_id, g.host_name) for g in gpus))
     names = dict(hosts)
+    words = Words(zone, names, {(g.host_id, g.uuid): g.index for g in gpus})
     default_start = now.replace(second=0, microsecond=0)
     picked = tuple(g.uuid for g in gpus if g.host_id == host and g.uuid == gpu)
+    booking_refused = form is not None
+    error = None
+    if refusal is not None:
+        error = words.refusal(refusal, form.host if form else "", new_end=not booking_refused)
     form = form or BookingForm(
         host=host,
         gpus=picked,
@@ -118,10 +136,17 @@ async def _page(
         "bookings": mine,
         "all_members": is_admin,
         "zone_name": str(zone),
+        # What the time inputs take: the page's own way of writing a time (SHOWN).
+        "time_pattern": TIME_PATTERN,
         "local_input": lambda moment: _local_input(moment, zone),
         "now": now,
+        "words": words,
         "notice": NOTICES.get(request.query_params.get("notice", "")),
-        "error": error,
+        # A refused booking is told beside its form (the form's POST lands on #book).
+        "error": None if booking_refused else error,
+        "form_error": error if booking_refused else None,
+        "busy": busy or [],
+        "confirm": confirmation(busy) if busy else "",
         "feed_url": feed_url,
     }
     return render(request, "reservations.html", context, status_code=status_code)
@@ -142,8 +167,8 @@ async def reservations_page(
 def _booking(form: BookingForm, zone: tzinfo, gpus: list[str]) -> ReservationIn:
     fields: dict[str, Any] = {
         "hostId": form.host,
-        "start": _parse_local("start", form.start, zone),
-        "end": _parse_local("end", form.end, zone),
+        "start": _parse_local("Start", form.start, zone),
+        "end": _parse_local("End", form.end, zone),
         "note": form.note or None,
         "memberEmail": form.member or None,
     }
@@ -153,7 +178,7 @@ def _booking(form: BookingForm, zone: tzinfo, gpus: list[str]) -> ReservationIn:
         return ReservationIn.model_validate(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = LABELS.get(str(first["loc"][0]), "The form") if first["loc"] else "The form"
         raise Unprocessable(f"{where}: {first['msg']}") from None
 
 
@@ -169,17 +194,24 @@ async def book(
     end: Annotated[str, Form(max_length=40)] = "",
     note: Annotated[str, Form(max_length=500)] = "",
     member: Annotated[str, Form(max_length=320)] = "",
+    confirm: Annotated[str, Form(max_length=64)] = "",
 ) -> Response:
+    """Book; GPUs someone else is on now are booked only once "Book anyway" confirms them."""
     form = BookingForm(host, tuple(gpus or ())[:64], start, end, note, member)
     try:
         if len(gpus or ()) > 64:
-            raise Unprocessable("At most 64 GPUs in one booking.")
-        await service.create(db, page.ctx, _booking(form, _zone(page), list(form.gpus)))
+            raise Unprocessable("GPUs: at most 64 in one booking.")
+        made = await service.create(db, page.ctx, _booking(form, _zone(page), list(form.gpus)))
+        if made.warnings and confirm != confirmation(made.warnings):
+            # Not stored yet: the page names who is on which GPU and asks to confirm.
+            await db.rollback()
+            await db.refresh(page.ctx.workspace)
+            return await _page(request, page, db, host, 200, form, busy=made.warnings)
         await db.commit()
     except DomainError as exc:
         await db.rollback()  # nothing of a refused change stays; the page reads again
         await db.refresh(page.ctx.workspace)
-        return await _page(request, page, db, host, exc.status_code, form, exc.detail)
+        return await _page(request, page, db, host, exc.status_code, form, exc)
     target = quote(host, safe="") if timeline.is_host_id(host) else ""
     return redirect(request, f"/w/{page.slug}/reservations?host={target}&notice=booked#mine")
 
@@ -201,13 +233,13 @@ async def change_end(
     end: Annotated[str, Form(max_length=40)] = "",
 ) -> Response:
     try:
-        moment = _parse_local("end", end, _zone(page))
+        moment = _parse_local("New end", end, _zone(page))
         changed = await service.update(db, page.ctx, reservation_id, ReservationPatch(end=moment))
         await db.commit()
     except DomainError as exc:
         await db.rollback()  # nothing of a refused change stays; the page reads again
         await db.refresh(page.ctx.workspace)
-        return await _page(request, page, db, "", exc.status_code, None, exc.detail)
+        return await _page(request, page, db, "", exc.status_code, None, exc)
     return await _changed(request, page, db, "changed", changed)
 
 
@@ -227,7 +259,7 @@ async def cancel(
     except DomainError as exc:
         await db.rollback()  # nothing of a refused change stays; the page reads again
         await db.refresh(page.ctx.workspace)
-        return await _page(request, page, db, "", exc.status_code, None, exc.detail)
+        return await _page(request, page, db, "", exc.status_code, None, exc)
     return await _changed(request, page, db, "cancelled", stored.shown)
 
 

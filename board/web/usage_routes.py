@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -43,7 +43,7 @@ def _query(page: Page, from_: str, to: str, through: str, group_by: str, tz: str
             to = through  # the report's parser says why it is wrong
         except OverflowError:
             # 9999-12-31: the calendar has no day after it (was a 500).
-            raise Unprocessable(f"through {through} is the calendar's last day.") from None
+            raise Unprocessable(f"Through {through} is the calendar's last day.") from None
     return {
         "from": from_ or (today - timedelta(days=DEFAULT_DAYS - 1)).isoformat(),
         "to": to or (today + timedelta(days=1)).isoformat(),
@@ -104,6 +104,32 @@ def _window_of(report: service.UsageReport) -> params.Window:
     """The window the report read, with its zone (its days are the report's days)."""
     tz_name, zone = params.parse_zone(report.head.tz)
     return params.Window(report.head.from_, report.head.to, tz_name, zone)
+
+
+def _is_time(value: str) -> bool:
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _form_refusal(from_: str, through: str) -> str | None:
+    """The form's days checked in its own words: the report's sentence speaks of `to`
+    (the day after Through) as UTC instants and a [from, to) window the form never shows."""
+    days: dict[str, date] = {}
+    for label, value in (("From", from_), ("Through", through)):
+        if not value:
+            continue
+        try:
+            days[label] = date.fromisoformat(value)
+        except ValueError:
+            if label == "From" and _is_time(value):
+                continue  # a link's exact time: the report checks it
+            return f"{label} {value[:40]!r} is not a date; write it as YYYY-MM-DD."
+    if len(days) == 2 and days["Through"] < days["From"]:
+        return "Through must be on or after From."
+    return None
 
 
 def _through(to: str) -> str:
@@ -180,6 +206,10 @@ async def usage_page(
         "cost_digits": 2,
         "api_url": (f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv"),
     }
+    refused = _form_refusal(from_, through) if not to else None
+    if refused is not None:
+        context["error"] = refused
+        return render(request, "usage.html", context, status_code=422)
     try:
         # The keys as the report reads them ("user " is user): the rows carry those names.
         keys = list(_parsed(query)[1])

@@ -366,6 +366,8 @@ async def test_the_hosts_api_shows_a_booking_in_force_as_get_shows_it(
     )
     assert r.status_code == 201, r.text
     booked = r.json()
+    # The booking's answer alone carries `warnings` (GPUs someone else is on now).
+    assert booked.pop("warnings") == []
     assert booked["gpuUuids"] == ["GPU-2", "GPU-10"], booked
     shown = (
         await client.get(f"/api/v1/workspaces/{tenant.slug}/hosts/{host_id}", headers=tenant.auth())
