@@ -5,6 +5,11 @@ hosts enrolled with one-time tokens claimed through the agent API, telemetry pus
 through the agent API by the agent's own fake collector and payload builder. Only the
 hosts are simulated. A rerun reuses the workspace, the people (passwords reset to the
 ones kept in the data directory) and the hosts (their agent tokens are kept there too).
+
+The lab has a past that agrees with its present: four weeks of the same hosts
+(board.demo_history), the host in error broken since the day before yesterday (so today
+it has no GPUs on any page, and no billed hours), and teams, bookings, a price and a
+notice channel (board.demo_story).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -23,10 +29,11 @@ from typing import Any
 
 import httpx
 import uvicorn
+from pydantic import SecretStr
 from sqlalchemy import select
 
 from agent import AGENT_VERSION
-from agent.fake import FakeCollector
+from agent.fake import FAKE_GPU_NAME, FakeCollector
 from agent.model import ERROR_NVML_INIT_FAILED, ERROR_PROCESS_LIST_UNAVAILABLE, Collection
 from agent.payload import HostIdentity, build_observation
 from board.app import create_app
@@ -36,6 +43,8 @@ from board.auth.passwords import hash_password
 from board.db import migrate
 from board.db.embedded import stop_embedded
 from board.db.urls import resolve_database_url
+from board.demo_history import FINE_FOR, HISTORY, MAX_GAP_SECONDS, Span, write_history
+from board.demo_story import TEAMS, MailSink, StoryHosts, write_story
 from board.enrollment import service as enrollment
 from board.errors import NotFound
 from board.hosts.models import Host
@@ -48,17 +57,20 @@ from board.workspaces import service as workspaces
 log = logging.getLogger(__name__)
 
 SLUG = "demo"
+SINCE_EVER = "2000-01-01T00:00:00Z"
 PEOPLE = (
     ("admin@demo.example", "admin"),
     ("lead@demo.example", "member"),
     ("finance@demo.example", "finance"),
+    *((email, "member") for _, email, _ in TEAMS),
 )
 # What each simulated host does, in order; more hosts than roles repeat them.
 ROLES = ("ok", "ok", "partial", "error", "stale", "never")
-BACKFILL = timedelta(hours=6)
-BACKFILL_STEP = timedelta(seconds=60)  # within the default 120 s max sample gap
+BACKFILL = HISTORY  # how far back the history goes (board.demo_history)
 STALE_FOR = timedelta(minutes=10)  # a stale host went quiet this long ago
-BROKEN_FOR = timedelta(minutes=20)  # an erroring host was healthy until this long ago
+# An erroring host broke this long before the demo's first run (kept in demo.json): more
+# than a day, so "today" never holds any of its GPUs, on any page, in any time zone.
+BROKEN_FOR = timedelta(hours=36)
 
 
 @dataclass
@@ -67,6 +79,8 @@ class SimHost:
     role: str
     host_id: str = ""
     agent_token: str = ""
+    broken_since: datetime | None = None  # the error role's: from then on, NVML fails
+    seen_until: datetime | None = None  # its newest observation before this run
 
     @property
     def fake(self) -> FakeCollector:
@@ -75,7 +89,7 @@ class SimHost:
     def observation(self, at: datetime) -> dict[str, Any]:
         """What this host's agent sends at `at`: the fake GPUs, or how its role breaks them."""
         identity = HostIdentity(self.name, AGENT_VERSION, self.host_id or None, None)
-        if self.role == "error" and at > datetime.now(UTC) - BROKEN_FOR:
+        if self.role == "error" and (self.broken_since is None or at >= self.broken_since):
             broken = Collection("unknown", (), status="error", errors=(ERROR_NVML_INIT_FAILED,))
             return build_observation(broken, identity, at)
         collection = self.fake.collect(at)
@@ -114,6 +128,10 @@ class Demo:
     interval: float
     client: httpx.AsyncClient
     runtime: Runtime | None = None
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    history_written: int = 0
+    history_seconds: float = 0.0
+    mail: MailSink | None = None
     pushed: int = 0
     failures: list[str] = field(default_factory=list)
     paused: bool = False
@@ -134,29 +152,35 @@ class Demo:
             self.failures.append(f"{host.name}: HTTP {response.status_code} {response.text}")
         return response
 
-    async def tick(self) -> None:
-        now = datetime.now(UTC)
+    async def tick(self, at: datetime | None = None) -> None:
+        now = at or datetime.now(UTC)
         await asyncio.gather(*(self.push(h, now) for h in self.hosts if h.pushes_live()))
 
-    async def backfill(self, span: timedelta = BACKFILL, concurrency: int = 4) -> None:
-        """The last hours at whole minutes: data for charts and reports; a rerun dedupes."""
-        now = datetime.now(UTC)
-        start = (now - span).replace(second=0, microsecond=0)
-        queue: asyncio.Queue[tuple[SimHost, datetime]] = asyncio.Queue()
-        for host in self.hosts:
-            end = host.history_end(now)
-            at = start
-            while end is not None and at <= end - BACKFILL_STEP:
-                queue.put_nowait((host, at))
-                at += BACKFILL_STEP
-
-        async def worker() -> None:
-            while not queue.empty():
-                host, at = queue.get_nowait()
-                await self.push(host, at)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        self.backfilled.set()
+    async def backfill(self, span: timedelta = BACKFILL) -> None:
+        """The hosts' past, `span` back from the first live push (or from where a former
+        run left off) up to it, through the ingest writer (board.demo_history)."""
+        try:
+            assert self.runtime is not None
+            spans = []
+            for host in self.hosts:
+                end = host.history_end(self.started)
+                if end is None:
+                    continue
+                start = self.started - span
+                if host.seen_until is not None:
+                    start = max(start, host.seen_until + timedelta(microseconds=1))
+                bearer = f"Bearer {host.agent_token}"
+                key = (await self.runtime.access.authenticate(bearer)).key
+                spans.append(Span(host, key, start, end))
+            fine_from = self.started - FINE_FOR
+            began = time.monotonic()
+            self.history_written = await write_history(self.runtime, spans, fine_from)
+            self.history_seconds = time.monotonic() - began
+        except Exception as exc:
+            log.exception("the demo's history could not be written")
+            self.failures.append(f"history: {exc!r}")
+        finally:
+            self.backfilled.set()
 
     async def stream(self, host: SimHost) -> None:
         """What agents 1.6+ do beside the pushes: one utilization message a second."""
@@ -236,6 +260,32 @@ async def _ensure_people(runtime: Runtime, password: str) -> None:
                 await workspaces.add_member(session, workspace, email, role, password)
             else:
                 user.password_hash = hash_password(password)  # reset: reuse, never guess
+        if workspace.max_sample_gap_seconds != MAX_GAP_SECONDS:
+            # The history's 15-minute steps are observed time, from the beginning on.
+            gap = {"maxSampleGapSeconds": MAX_GAP_SECONDS, "maxSampleGapFrom": SINCE_EVER}
+            await workspaces.update_settings(session, workspace, workspaces.parse_settings(gap))
+        await session.commit()
+
+
+async def _last_seen(runtime: Runtime, host: SimHost) -> datetime | None:
+    async with runtime.sessions() as session:
+        seen: datetime | None = await session.scalar(
+            select(Host.latest_observed_at).where(Host.public_id == uuid.UUID(host.host_id))
+        )
+    return seen
+
+
+async def _tell_story(
+    runtime: Runtime, settings: Settings, demo: Demo, history_start: datetime
+) -> None:
+    """Teams, bookings, a price and a notice channel (board.demo_story), once."""
+    carded = [h for h in demo.hosts if h.role in ("ok", "partial")]
+    if not carded:
+        return
+    story = StoryHosts(carded[0].host_id, carded[-1].host_id, FAKE_GPU_NAME)
+    async with runtime.sessions() as session:
+        workspace = await workspaces.get_workspace(session, SLUG)
+        await write_story(session, workspace, PEOPLE[0][0], story, history_start, settings)
         await session.commit()
 
 
@@ -289,10 +339,16 @@ async def start_demo(
     n_hosts: int,
     interval: float,
     client: httpx.AsyncClient | None = None,
+    history: timedelta = BACKFILL,
 ) -> Demo:
-    """Workspace, people and enrolled hosts on a running board; the first pushes done."""
+    """Workspace, people and enrolled hosts on a running board; the first pushes done,
+    and the story told (the history is written by Demo.backfill, in the background)."""
+    now = datetime.now(UTC)
     await maintain_once(app_runtime)  # partitions for the back-filled hours, before pushing
     state = _load_state(settings)
+    broken_since = _instant(state.get("brokenSince")) or (now - BROKEN_FOR).replace(
+        second=0, microsecond=0
+    )
     password = state.get("password") or secrets.token_urlsafe(12)
     await _ensure_people(app_runtime, password)
     client = client or httpx.AsyncClient(base_url=base_url, timeout=30)
@@ -301,38 +357,57 @@ async def start_demo(
     for i in range(n_hosts):
         role = ROLES[i % len(ROLES)]
         host = SimHost(name=f"demo-{role}-{i + 1:02d}", role=role)
+        if role == "error":
+            host.broken_since = broken_since
         saved = kept.get(host.name, {})
         host.host_id, host.agent_token = saved.get("hostId", ""), saved.get("agentToken", "")
         if not await _still_enrolled(app_runtime, host):
             await _enroll(app_runtime, client, host)
+        host.seen_until = await _last_seen(app_runtime, host)
         hosts.append(host)
     _save_state(
         settings,
         {
             "password": password,
+            "brokenSince": broken_since.isoformat(),
             "hosts": {h.name: {"hostId": h.host_id, "agentToken": h.agent_token} for h in hosts},
         },
     )
-    demo = Demo(base_url, SLUG, password, hosts, interval, client, runtime=app_runtime)
-    await demo.tick()
+    demo = Demo(base_url, SLUG, password, hosts, interval, client, app_runtime, now)
+    await demo.tick(now)
     for host in hosts:
         # A stale host's last word first, so it shows stale (not never) from the start.
         if host.role == "stale":
-            last = host.history_end(datetime.now(UTC))
+            last = host.history_end(now)
             assert last is not None
             await demo.push(host, last.replace(second=0, microsecond=0))
+    await _tell_story(app_runtime, settings, demo, now - history)
     return demo
+
+
+def _instant(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _banner(demo: Demo) -> str:
     width = max(len(e) for e, _ in PEOPLE)
     people = "\n".join(f"    {e:<{width}}  {role}" for e, role in PEOPLE)
     roles = ", ".join(f"{h.name} ({h.role})" for h in demo.hosts)
+    mail = (
+        f"  Notices are mailed to the demo's own mail sink ({demo.mail.url}), which keeps "
+        "nothing.\n"
+        if demo.mail is not None
+        else ""
+    )
     return (
         f"\nGUA Board demo is running at {demo.url}/\n\n"
         f"  Sign in with password {demo.password} as:\n{people}\n\n"
         f"  Simulated hosts, pushing every {demo.interval:g} s: {roles}\n"
-        "  The last hours are being back-filled for the charts and the usage report.\n"
+        "  Their past four weeks are being written for the charts and the reports.\n"
+        f"{mail}"
         "  Press Ctrl-C to stop.\n"
     )
 
@@ -347,6 +422,11 @@ async def serve_demo(
     backfill: timedelta = BACKFILL,
 ) -> None:
     """Run the board (uvicorn, in this process) and the simulated hosts until stopped."""
+    mail = None
+    if settings.smtp_url is None:
+        # Notices have somewhere to go, and nothing leaves the machine (demo_story).
+        mail = await MailSink().start()
+        settings = settings.model_copy(update={"smtp_url": SecretStr(mail.url)})
     app = create_app(settings)
     # Open live streams (SSE) never finish on their own: give them 2 s on shutdown.
     config = uvicorn.Config(
@@ -371,7 +451,10 @@ async def serve_demo(
     tasks: list[asyncio.Task[None]] = []
     demo: Demo | None = None
     try:
-        demo = await start_demo(app.state.runtime, settings, url, n_hosts, interval)
+        demo = await start_demo(
+            app.state.runtime, settings, url, n_hosts, interval, history=backfill
+        )
+        demo.mail = mail
         tasks = [asyncio.create_task(demo.simulate()), asyncio.create_task(demo.backfill(backfill))]
         tasks += [asyncio.create_task(demo.stream(h)) for h in demo.hosts if h.streams()]
         if on_ready is not None:
@@ -389,6 +472,8 @@ async def serve_demo(
             await demo.client.aclose()
         server.should_exit = True
         await asyncio.gather(serving, return_exceptions=True)
+        if mail is not None:
+            await mail.stop()
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:

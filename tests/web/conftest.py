@@ -31,8 +31,11 @@ DEMO_HOSTS = 6  # one of each role: ok, ok, partial, error, stale, never
 
 
 @pytest.fixture
-async def demo(settings: Any) -> AsyncIterator[Any]:
+async def demo(settings: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The demo with half an hour of history; a test may ask for more (indirect param)."""
     from board.demo import serve_demo
+
+    history: timedelta = getattr(request, "param", timedelta(minutes=30))
 
     ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -47,7 +50,7 @@ async def demo(settings: Any) -> AsyncIterator[Any]:
             DEMO_HOSTS,
             interval=1.0,
             on_ready=on_ready,
-            backfill=timedelta(minutes=30),
+            backfill=history,
         )
     )
     done, _ = await asyncio.wait({task, ready}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
