@@ -8,7 +8,7 @@ to show and every figure comes from the board's own rules:
   in the directory to the Linux user the simulated hosts report;
 - dave books the free card (GPU 2) of the first host for a day each week and leaves it
   idle (the reservations report's "reserved, idle"), and holds it again now; carol has
-  booked another host's free card for tomorrow;
+  booked the card she shares with dave (GPU 3) on another host for tomorrow;
 - one price for the hosts' GPU model (EUR 0.85 a GPU-hour) from the first day of the
   history, so usage has a cost and the statements have totals;
 - a mail channel (`ops@demo.example`) for every notice. Without a configured mail
@@ -52,6 +52,7 @@ TEAMS = (
 CHANNEL_EMAILS = ["ops@demo.example"]
 PRICE = {"currency": "EUR", "perGpuHour": "0.85"}
 FREE_CARD = "GPU-2"  # the fake hosts' idle card (only the display server on it)
+SHARED_CARD = "GPU-3"  # the card carol and dave share: never dave's booked one
 ADDRESS = "127.0.0.1"  # what the audit log says the demo's changes came from
 
 
@@ -109,7 +110,7 @@ async def write_story(
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     tomorrow = ReservationIn(
         host_id=hosts.tomorrow,
-        gpu_uuids=[FREE_CARD],
+        gpu_uuids=[SHARED_CARD],
         start=midnight + timedelta(days=1, hours=9),
         end=midnight + timedelta(days=1, hours=17),
         note="fine-tuning",

@@ -28,7 +28,8 @@ from tests.board.test_reports_builders import day_rollups_mismatch, rollup_rows,
 from tests.web.helpers import screenshots, sign_in
 from tests.web.test_browser import api_token, browser_sign_in, host_of
 
-WHOLE = pytest.mark.parametrize("demo", [HISTORY], indirect=True)
+# The whole demo, as `gua-board demo` runs it.
+WHOLE = pytest.mark.parametrize("demo", [{"history": HISTORY, "story": True}], indirect=True)
 
 
 async def _until(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 180) -> None:
