@@ -5,6 +5,11 @@ hosts enrolled with one-time tokens claimed through the agent API, telemetry pus
 through the agent API by the agent's own fake collector and payload builder. Only the
 hosts are simulated. A rerun reuses the workspace, the people (passwords reset to the
 ones kept in the data directory) and the hosts (their agent tokens are kept there too).
+
+The lab has a past that agrees with its present: four weeks of the same hosts
+(board.demo_history), the host in error broken since the day before yesterday (so today
+it has no GPUs on any page, and no billed hours), and teams, bookings, a price and a
+notice channel (board.demo_story).
 """
 
 from __future__ import annotations
@@ -16,19 +21,17 @@ import logging
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
+from pydantic import SecretStr
 from sqlalchemy import select
 
 from agent import AGENT_VERSION
-from agent.fake import FakeCollector
-from agent.model import ERROR_NVML_INIT_FAILED, ERROR_PROCESS_LIST_UNAVAILABLE, Collection
-from agent.payload import HostIdentity, build_observation
+from agent.fake import FAKE_GPU_NAME, FakeCollector
 from board.app import create_app
 from board.auth import tokens
 from board.auth.models import Membership, User
@@ -36,6 +39,9 @@ from board.auth.passwords import hash_password
 from board.db import migrate
 from board.db.embedded import stop_embedded
 from board.db.urls import resolve_database_url
+from board.demo_history import HISTORY, MAX_GAP_SECONDS
+from board.demo_hosts import Demo, SimHost
+from board.demo_story import TEAMS, MailSink, StoryHosts, write_story
 from board.enrollment import service as enrollment
 from board.errors import NotFound
 from board.hosts.models import Host
@@ -48,153 +54,19 @@ from board.workspaces import service as workspaces
 log = logging.getLogger(__name__)
 
 SLUG = "demo"
+SINCE_EVER = "2000-01-01T00:00:00Z"
 PEOPLE = (
     ("admin@demo.example", "admin"),
     ("lead@demo.example", "member"),
     ("finance@demo.example", "finance"),
+    *((email, "member") for _, email, _ in TEAMS),
 )
 # What each simulated host does, in order; more hosts than roles repeat them.
 ROLES = ("ok", "ok", "partial", "error", "stale", "never")
-BACKFILL = timedelta(hours=6)
-BACKFILL_STEP = timedelta(seconds=60)  # within the default 120 s max sample gap
-STALE_FOR = timedelta(minutes=10)  # a stale host went quiet this long ago
-BROKEN_FOR = timedelta(minutes=20)  # an erroring host was healthy until this long ago
-
-
-@dataclass
-class SimHost:
-    name: str
-    role: str
-    host_id: str = ""
-    agent_token: str = ""
-
-    @property
-    def fake(self) -> FakeCollector:
-        return FakeCollector(self.name)
-
-    def observation(self, at: datetime) -> dict[str, Any]:
-        """What this host's agent sends at `at`: the fake GPUs, or how its role breaks them."""
-        identity = HostIdentity(self.name, AGENT_VERSION, self.host_id or None, None)
-        if self.role == "error" and at > datetime.now(UTC) - BROKEN_FOR:
-            broken = Collection("unknown", (), status="error", errors=(ERROR_NVML_INIT_FAILED,))
-            return build_observation(broken, identity, at)
-        collection = self.fake.collect(at)
-        if self.role == "partial":
-            # The last card's process list cannot be read: no processes, no usageState.
-            *rest, last = collection.gpus
-            unreadable = replace(last, processes=(), processes_ok=False, usage_state=None)
-            collection = Collection(
-                collection.driver_version,
-                (*rest, unreadable),
-                status="partial",
-                errors=(ERROR_PROCESS_LIST_UNAVAILABLE,),
-            )
-        return build_observation(collection, identity, at)
-
-    def pushes_live(self) -> bool:
-        return self.role in ("ok", "partial", "error")
-
-    def streams(self) -> bool:
-        return self.role in ("ok", "partial")
-
-    def history_end(self, now: datetime) -> datetime | None:
-        if self.role == "never":
-            return None
-        return now - STALE_FOR if self.role == "stale" else now
-
-
-@dataclass
-class Demo:
-    """A running demo: where it is, who may sign in, and its simulated hosts."""
-
-    url: str
-    slug: str
-    password: str
-    hosts: list[SimHost]
-    interval: float
-    client: httpx.AsyncClient
-    runtime: Runtime | None = None
-    pushed: int = 0
-    failures: list[str] = field(default_factory=list)
-    paused: bool = False
-    backfilled: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def push(self, host: SimHost, at: datetime) -> httpx.Response:
-        response = await self.client.post(
-            "/agent/v1/observations",
-            content=json.dumps(host.observation(at)),
-            headers={
-                "Authorization": f"Bearer {host.agent_token}",
-                "Content-Type": "application/json",
-            },
-        )
-        if response.status_code == 202:
-            self.pushed += 1
-        else:
-            self.failures.append(f"{host.name}: HTTP {response.status_code} {response.text}")
-        return response
-
-    async def tick(self) -> None:
-        now = datetime.now(UTC)
-        await asyncio.gather(*(self.push(h, now) for h in self.hosts if h.pushes_live()))
-
-    async def backfill(self, span: timedelta = BACKFILL, concurrency: int = 4) -> None:
-        """The last hours at whole minutes: data for charts and reports; a rerun dedupes."""
-        now = datetime.now(UTC)
-        start = (now - span).replace(second=0, microsecond=0)
-        queue: asyncio.Queue[tuple[SimHost, datetime]] = asyncio.Queue()
-        for host in self.hosts:
-            end = host.history_end(now)
-            at = start
-            while end is not None and at <= end - BACKFILL_STEP:
-                queue.put_nowait((host, at))
-                at += BACKFILL_STEP
-
-        async def worker() -> None:
-            while not queue.empty():
-                host, at = queue.get_nowait()
-                await self.push(host, at)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        self.backfilled.set()
-
-    async def stream(self, host: SimHost) -> None:
-        """What agents 1.6+ do beside the pushes: one utilization message a second."""
-        from websockets.asyncio.client import connect
-        from websockets.exceptions import WebSocketException
-
-        url = self.url.replace("http://", "ws://", 1) + "/agent/v1/stream"
-        headers = {"Authorization": f"Bearer {host.agent_token}"}
-        while True:
-            try:
-                async with connect(url, additional_headers=headers) as ws:
-                    while True:
-                        if not self.paused:
-                            now = datetime.now(UTC)
-                            gpus = [
-                                {
-                                    "deviceUuid": g.uuid,
-                                    "utilPct": g.util_pct,
-                                    "memUsedMb": g.memory_used_mb,
-                                }
-                                for g in host.fake.collect(now).gpus
-                            ]
-                            message = {"type": "util", "ts": now.timestamp(), "gpus": gpus}
-                            await ws.send(json.dumps(message))
-                        await asyncio.sleep(1)
-            except (OSError, WebSocketException) as exc:
-                log.info("demo stream of %s dropped (%s); reconnecting", host.name, exc)
-                await asyncio.sleep(5)
-
-    async def simulate(self) -> None:
-        """Push every host's fake telemetry every `interval` seconds until cancelled."""
-        while True:
-            if not self.paused:
-                try:
-                    await self.tick()
-                except httpx.HTTPError as exc:
-                    log.warning("demo push failed: %s", exc)
-            await asyncio.sleep(self.interval)
+BACKFILL = HISTORY  # how far back the history goes (board.demo_history)
+# An erroring host broke this long before the demo's first run (kept in demo.json): more
+# than a day, so "today" never holds any of its GPUs, on any page, in any time zone.
+BROKEN_FOR = timedelta(hours=36)
 
 
 def _state_path(settings: Settings) -> Path:
@@ -236,6 +108,32 @@ async def _ensure_people(runtime: Runtime, password: str) -> None:
                 await workspaces.add_member(session, workspace, email, role, password)
             else:
                 user.password_hash = hash_password(password)  # reset: reuse, never guess
+        if workspace.max_sample_gap_seconds != MAX_GAP_SECONDS:
+            # The history's 15-minute steps are observed time, from the beginning on.
+            gap = {"maxSampleGapSeconds": MAX_GAP_SECONDS, "maxSampleGapFrom": SINCE_EVER}
+            await workspaces.update_settings(session, workspace, workspaces.parse_settings(gap))
+        await session.commit()
+
+
+async def _last_seen(runtime: Runtime, host: SimHost) -> datetime | None:
+    async with runtime.sessions() as session:
+        seen: datetime | None = await session.scalar(
+            select(Host.latest_observed_at).where(Host.public_id == uuid.UUID(host.host_id))
+        )
+    return seen
+
+
+async def _tell_story(
+    runtime: Runtime, settings: Settings, demo: Demo, history_start: datetime
+) -> None:
+    """Teams, bookings, a price and a notice channel (board.demo_story), once."""
+    carded = [h for h in demo.hosts if h.role in ("ok", "partial")]
+    if not carded:
+        return
+    story = StoryHosts(carded[0].host_id, carded[-1].host_id, FAKE_GPU_NAME)
+    async with runtime.sessions() as session:
+        workspace = await workspaces.get_workspace(session, SLUG)
+        await write_story(session, workspace, PEOPLE[0][0], story, history_start, settings)
         await session.commit()
 
 
@@ -289,10 +187,17 @@ async def start_demo(
     n_hosts: int,
     interval: float,
     client: httpx.AsyncClient | None = None,
+    history: timedelta = BACKFILL,
+    story: bool = True,
 ) -> Demo:
-    """Workspace, people and enrolled hosts on a running board; the first pushes done."""
+    """Workspace, people and enrolled hosts on a running board; the first pushes done,
+    and the story told (the history is written by Demo.backfill, in the background)."""
+    now = datetime.now(UTC)
     await maintain_once(app_runtime)  # partitions for the back-filled hours, before pushing
     state = _load_state(settings)
+    broken_since = _instant(state.get("brokenSince")) or (now - BROKEN_FOR).replace(
+        second=0, microsecond=0
+    )
     password = state.get("password") or secrets.token_urlsafe(12)
     await _ensure_people(app_runtime, password)
     client = client or httpx.AsyncClient(base_url=base_url, timeout=30)
@@ -301,38 +206,58 @@ async def start_demo(
     for i in range(n_hosts):
         role = ROLES[i % len(ROLES)]
         host = SimHost(name=f"demo-{role}-{i + 1:02d}", role=role)
+        if role == "error":
+            host.broken_since = broken_since
         saved = kept.get(host.name, {})
         host.host_id, host.agent_token = saved.get("hostId", ""), saved.get("agentToken", "")
         if not await _still_enrolled(app_runtime, host):
             await _enroll(app_runtime, client, host)
+        host.seen_until = await _last_seen(app_runtime, host)
         hosts.append(host)
     _save_state(
         settings,
         {
             "password": password,
+            "brokenSince": broken_since.isoformat(),
             "hosts": {h.name: {"hostId": h.host_id, "agentToken": h.agent_token} for h in hosts},
         },
     )
-    demo = Demo(base_url, SLUG, password, hosts, interval, client, runtime=app_runtime)
-    await demo.tick()
+    demo = Demo(base_url, SLUG, password, hosts, interval, client, app_runtime, now)
+    await demo.tick(now)
     for host in hosts:
         # A stale host's last word first, so it shows stale (not never) from the start.
         if host.role == "stale":
-            last = host.history_end(datetime.now(UTC))
+            last = host.history_end(now)
             assert last is not None
             await demo.push(host, last.replace(second=0, microsecond=0))
+    if story:
+        await _tell_story(app_runtime, settings, demo, now - history)
     return demo
+
+
+def _instant(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _banner(demo: Demo) -> str:
     width = max(len(e) for e, _ in PEOPLE)
     people = "\n".join(f"    {e:<{width}}  {role}" for e, role in PEOPLE)
     roles = ", ".join(f"{h.name} ({h.role})" for h in demo.hosts)
+    mail = (
+        f"  Notices are mailed to the demo's own mail sink ({demo.mail.url}), which keeps "
+        "nothing.\n"
+        if demo.mail is not None
+        else ""
+    )
     return (
         f"\nGUA Board demo is running at {demo.url}/\n\n"
         f"  Sign in with password {demo.password} as:\n{people}\n\n"
         f"  Simulated hosts, pushing every {demo.interval:g} s: {roles}\n"
-        "  The last hours are being back-filled for the charts and the usage report.\n"
+        "  Their past four weeks are being written for the charts and the reports.\n"
+        f"{mail}"
         "  Press Ctrl-C to stop.\n"
     )
 
@@ -345,8 +270,14 @@ async def serve_demo(
     interval: float,
     on_ready: Callable[[Demo], Awaitable[None] | None] | None = None,
     backfill: timedelta = BACKFILL,
+    story: bool = True,
 ) -> None:
     """Run the board (uvicorn, in this process) and the simulated hosts until stopped."""
+    mail = None
+    if settings.smtp_url is None:
+        # Notices have somewhere to go, and nothing leaves the machine (demo_story).
+        mail = await MailSink().start()
+        settings = settings.model_copy(update={"smtp_url": SecretStr(mail.url)})
     app = create_app(settings)
     # Open live streams (SSE) never finish on their own: give them 2 s on shutdown.
     config = uvicorn.Config(
@@ -371,7 +302,10 @@ async def serve_demo(
     tasks: list[asyncio.Task[None]] = []
     demo: Demo | None = None
     try:
-        demo = await start_demo(app.state.runtime, settings, url, n_hosts, interval)
+        demo = await start_demo(
+            app.state.runtime, settings, url, n_hosts, interval, history=backfill, story=story
+        )
+        demo.mail = mail
         tasks = [asyncio.create_task(demo.simulate()), asyncio.create_task(demo.backfill(backfill))]
         tasks += [asyncio.create_task(demo.stream(h)) for h in demo.hosts if h.streams()]
         if on_ready is not None:
@@ -389,6 +323,8 @@ async def serve_demo(
             await demo.client.aclose()
         server.should_exit = True
         await asyncio.gather(serving, return_exceptions=True)
+        if mail is not None:
+            await mail.stop()
 
 
 def run_demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -11,6 +11,8 @@ from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+ALREADY_OPEN = "already open when this channel was added"
+
 
 def one_line(text: str) -> str:
     """A header value or a printed name: every line break or other unprintable character
@@ -74,7 +76,9 @@ def headline(body: dict[str, Any]) -> str:
     if body.get("type") == "test":
         return f"{workspace}: test notice from GUA Board"
     users = ", ".join(data.get("linuxUsers") or [])
-    return f"{words}: {where}" + (f" ({users})" if users else "")
+    told = f"{words}: {where}" + (f" ({users})" if users else "")
+    # Sent to a channel added while the episode was open (board.notices.catchup).
+    return f"{told}, {ALREADY_OPEN}" if data.get("alreadyOpen") else told
 
 
 def text_body(body: dict[str, Any], snooze_url: str | None) -> str:

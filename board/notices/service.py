@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.auth.deps import WorkspaceContext
 from board.auth.emails import mailable, plausible_email
 from board.errors import Conflict, NotFound, TooManyRequests, Unprocessable
+from board.notices.catchup import tell_open_episodes
 from board.notices.events import DEFAULT_EVENTS, EVENT_TYPES, TEST_TYPE, enqueue
 from board.notices.models import NoticeChannel, NoticeDelivery, NoticeEvent
 from board.notices.schemas import ChannelIn, ChannelOut, CreatedChannel, DeliveryOut, QueuedTest
@@ -133,6 +134,7 @@ async def create_channel(
     session.add(channel)
     await session.flush()
     await session.refresh(channel)
+    await tell_open_episodes(session, ctx.workspace_id, channel.id, events, datetime.now(UTC))
     return CreatedChannel(**channel_view(channel).model_dump(by_alias=False), secret=secret)
 
 

@@ -31,8 +31,14 @@ DEMO_HOSTS = 6  # one of each role: ok, ok, partial, error, stale, never
 
 
 @pytest.fixture
-async def demo(settings: Any) -> AsyncIterator[Any]:
+async def demo(settings: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The demo's hosts with half an hour of history and no story (teams, bookings, price,
+    channel), so each test starts from a bare lab; a test may ask for the whole demo by an
+    indirect param ({"history": …, "story": True})."""
     from board.demo import serve_demo
+
+    asked: dict[str, Any] = getattr(request, "param", {})
+    history: timedelta = asked.get("history", timedelta(minutes=30))
 
     ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -47,7 +53,8 @@ async def demo(settings: Any) -> AsyncIterator[Any]:
             DEMO_HOSTS,
             interval=1.0,
             on_ready=on_ready,
-            backfill=timedelta(minutes=30),
+            backfill=history,
+            story=asked.get("story", False),
         )
     )
     done, _ = await asyncio.wait({task, ready}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
