@@ -62,6 +62,15 @@ def _midnight(day: date, zone: tzinfo) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=zone)
 
 
+def _rule(window: CorrectionWindow) -> str:
+    if not window.days:
+        return "a price is fixed once it takes effect"
+    return (
+        f"a price may be corrected or removed for {window.days} days after it takes effect "
+        "(its start, or when it was entered if that was later)"
+    )
+
+
 def refuse_fixed(
     window: CorrectionWindow,
     what: str,
@@ -73,13 +82,11 @@ def refuse_fixed(
     """409 when the stored price `what` (named for the admin) is past its window."""
     if window.is_open(now, starts_at, entered_at):
         return
-    closed = window.closes_at(starts_at, entered_at)
+    closed = window.closes_at(starts_at, entered_at).astimezone(zone).strftime(LOCAL)
     raise Conflict(
-        f"{what} is fixed: a price may be corrected or removed for {window.days} days after "
-        "it takes effect (its start, or when it was entered if that was later), and its "
-        f"window closed on {closed.astimezone(zone).strftime(LOCAL)}, so its hours count as "
-        f"billed. Add a new price from {window.earliest_day(now, zone).isoformat()} or later "
-        "instead."
+        f"{what} is fixed since {closed}: {_rule(window)}, and then its hours count as "
+        "billed, so it cannot change. Add a new price from "
+        f"{window.earliest_day(now, zone).isoformat()} or later instead."
     )
 
 
@@ -89,10 +96,11 @@ def refuse_backdated(
     """409 when a new price `what` would start further back than the window reaches."""
     if window.is_open(now, starts_at):
         return
+    back = f"more than {window.days} days ago" if window.days else "and that has begun"
     raise Conflict(
-        f"{what} would start {starts_at.astimezone(zone).strftime(LOCAL)}, more than "
-        f"{window.days} days ago: hours that old count as billed and keep the prices they "
-        f"had. A new price may start on {window.earliest_day(now, zone).isoformat()} or later."
+        f"{what} would start {starts_at.astimezone(zone).strftime(LOCAL)}, {back}: hours "
+        "that old count as billed and keep the prices they had. A new price may start on "
+        f"{window.earliest_day(now, zone).isoformat()} or later."
     )
 
 
