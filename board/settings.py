@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     max_future_seconds: int = Field(default=300, ge=0, le=3600)
     enrollment_token_ttl_hours: int = Field(default=24, ge=1, le=24 * 30)
+    # A price may be added, corrected or removed until this many days after it starts;
+    # then its hours count as billed (board/money/corrections.py).
+    price_correction_days: int = Field(default=7, ge=0, le=366)
     maintenance_interval_seconds: int = Field(default=3600, ge=10)
     ingest_max_batch: int = Field(default=256, ge=1, le=5000)
     db_pool_size: int = Field(default=10, ge=1, le=200)

@@ -15,7 +15,7 @@ from board.db.connection import report_connection
 from board.errors import NotFound
 from board.hosts.freshness import freshness
 from board.hosts.latest import newest_gpus, state_since
-from board.hosts.models import Host, HostRejection
+from board.hosts.models import Gpu, GpuNameHistory, Host, HostRejection
 from board.hosts.revocation import REVOKE_CHANNEL, RevocationListener, revocation_payload
 from board.hosts.schemas import (
     GpuNow,
@@ -306,3 +306,15 @@ async def revoke_host(
     await session.commit()
     listener.announce_revocation(*key)
     return host
+
+
+async def gpu_models(session: AsyncSession, workspace_id: int) -> list[str]:
+    """Every GPU model the workspace's hosts have reported, now or before a rename (what
+    prices are set for), in byte order."""
+    names = (
+        select(Gpu.name)
+        .where(Gpu.workspace_id == workspace_id)
+        .union(select(GpuNameHistory.name).where(GpuNameHistory.workspace_id == workspace_id))
+    )
+    found = (await session.scalars(names)).all()
+    return sorted(set(found), key=lambda name: name.encode())

@@ -1,4 +1,4 @@
-"""GET/PUT …/prices and GET …/reports/focus (board-api.md "Money")."""
+"""GET/PUT …/prices, PUT/DELETE one price, and GET …/reports/focus (docs/money.md)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from fastapi.responses import Response
 
 from board.auth.deps import AdminDep, ReaderDep
 from board.db.deps import SessionDep
-from board.money import service
+from board.money import price_edits, service
+from board.money.corrections import PriceWindowDep
 from board.money.focus import Account, prepare_focus
-from board.money.schemas import PricesIn, PricesOut
+from board.money.schemas import PriceAmountIn, PricesIn, PricesOut, price_entry, price_key
 from board.reports import params
 from board.reports.slots import take_report_connection
 from board.reports.streaming import ReportStreamResponse
@@ -26,13 +27,42 @@ FOCUS_CSV: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/prices", response_model=PricesOut)
-async def prices(ctx: ReaderDep, session: SessionDep) -> PricesOut:
-    return await service.prices(session, ctx)
+async def prices(ctx: ReaderDep, session: SessionDep, window: PriceWindowDep) -> PricesOut:
+    return await service.prices(session, ctx, window)
 
 
 @router.put("/prices", response_model=PricesOut)
-async def put_prices(body: PricesIn, ctx: AdminDep, session: SessionDep) -> PricesOut:
-    return await service.put_prices(session, ctx, body)
+async def put_prices(
+    body: PricesIn, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
+) -> PricesOut:
+    return await service.put_prices(session, ctx, body, window)
+
+
+# The model is the last segment and may hold "/" (a GPU's name is the agent's free text).
+ONE_PRICE = "/prices/{valid_from}/{gpu_model:path}"
+
+
+@router.put(ONE_PRICE, response_model=PricesOut)
+async def put_price(
+    valid_from: str,
+    gpu_model: str,
+    body: PriceAmountIn,
+    ctx: AdminDep,
+    session: SessionDep,
+    window: PriceWindowDep,
+) -> PricesOut:
+    """Add one price, or correct its amount within the correction window (docs/money.md)."""
+    entry = price_entry(gpu_model, valid_from, body.per_gpu_hour)
+    return await price_edits.set_price(session, ctx, entry, window)
+
+
+@router.delete(ONE_PRICE, response_model=PricesOut)
+async def delete_price(
+    valid_from: str, gpu_model: str, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
+) -> PricesOut:
+    """Remove one price within the correction window; its hours fall to the price before."""
+    key = price_key(gpu_model, valid_from)
+    return await price_edits.remove_price(session, ctx, key.gpu_model, key.from_, window)
 
 
 @router.get("/reports/focus", response_class=Response, responses=FOCUS_CSV)

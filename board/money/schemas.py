@@ -7,10 +7,17 @@ from datetime import date
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 from pydantic.alias_generators import to_camel
 
-from board.errors import NO_CONTROL
+from board.errors import NO_CONTROL, Unprocessable, describe_validation_errors
 from board.readmodels import IsoTime, ReadModel
 
 MAX_PRICES = 500
@@ -39,10 +46,21 @@ class _In(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, extra="forbid")
 
 
-class PriceIn(_In):
+class PriceKeyIn(_In):
+    """Which price: a GPU model and the date it starts."""
+
     gpu_model: GpuModel
-    per_gpu_hour: PerGpuHour
     from_: Day = Field(alias="from")
+
+
+class PriceIn(PriceKeyIn):
+    per_gpu_hour: PerGpuHour
+
+
+class PriceAmountIn(_In):
+    """One price's amount (`PUT …/prices/{from}/{gpuModel}`)."""
+
+    per_gpu_hour: PerGpuHour
 
 
 class PricesIn(_In):
@@ -59,14 +77,36 @@ class PriceOut(ReadModel):
     starts_at: IsoTime
     # The next price's first day for the same model (null: holds on).
     until: date | None
-    # In force or past: never changed again (docs/money.md).
+    # Until then it may be corrected or removed: the correction window after it took
+    # effect (its start, or when it was entered if later); then it is fixed for good.
+    correctable_until: IsoTime
     fixed: bool
 
 
 class PricesOut(ReadModel):
     currency: str | None
     minor_units: int | None
-    # The workspace's today: prices from this day or earlier are fixed.
+    # The workspace's today, in its zone (`timezone`), which dates prices.
     today: date
     timezone: str
+    # How long after it takes effect a price may be corrected (docs/money.md).
+    correction_days: int
     prices: list[PriceOut]
+
+
+def price_key(gpu_model: str, day: str) -> PriceKeyIn:
+    """A price's model and date from a URL or a form, checked as the body's are (422)."""
+    try:
+        return PriceKeyIn.model_validate({"gpuModel": gpu_model, "from": day})
+    except ValidationError as exc:
+        raise Unprocessable(describe_validation_errors(exc.errors())) from None
+
+
+def price_entry(gpu_model: str, day: str, per_gpu_hour: object) -> PriceIn:
+    """One price from a URL or a form, checked as the body's are (422)."""
+    try:
+        return PriceIn.model_validate(
+            {"gpuModel": gpu_model, "from": day, "perGpuHour": per_gpu_hour}
+        )
+    except ValidationError as exc:
+        raise Unprocessable(describe_validation_errors(exc.errors())) from None

@@ -1,25 +1,26 @@
 """Prices per GPU model, one currency per workspace, and the rule that keeps the past.
 
 A price holds from midnight of its `from` date in the workspace's zone (fixed when it is
-stored) until the next price of the same GPU model. Costs already computed must never
-change, so once any price is in force the past is fixed:
+stored) until the next price of the same GPU model. Costs are computed when a report is
+read, so a price that changes reprices its hours; the correction window
+(board/money/corrections.py) bounds which hours that may be:
 
-- a price whose day has begun (its stored `starts_at` has passed: the zone's midnight
-  when it was stored, so a later change of the workspace's zone cannot make it future
-  again) stays as it is: a PUT may send it again unchanged or leave it out, and it is
-  kept either way; a PUT that would change it, or add another price dated today or
-  earlier, is a 409;
-- prices that have not begun are replaced by the ones the PUT sends;
+- a price may be corrected (its amount) or removed until the window closes, `window`
+  after it took effect (its start, or when it was entered if that was later); then it
+  is fixed, and a change is a 409;
+- a new price may start at most `window` ago (or anywhere, while no price is fixed yet:
+  a new workspace may back-date its first list to price last quarter's reports);
+- in a whole-list PUT, prices that have begun are kept when left out (removing one is a
+  DELETE of that price), prices that have not begun are replaced by the ones sent;
 - the currency may change only while no price is in force.
 
-Until the first price is in force, the whole list may be set freely (back-dated for
-last quarter's reports, say).
+Every change is audited; corrections and back-dated prices with the old and new amount.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, tzinfo
 from decimal import Decimal
 from typing import Any
 
@@ -30,12 +31,15 @@ from board.audit.service import record
 from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
 from board.errors import Conflict, Unprocessable
+from board.money.corrections import CorrectionWindow, refuse_backdated, refuse_fixed
 from board.money.currencies import MINOR_UNITS, check_currency
 from board.money.schemas import PriceOut, PricesIn, PricesOut
 from board.reports.params import parse_zone
 
-# The first key of the advisory lock that serializes a workspace's price PUTs.
+# The first key of the advisory lock that serializes a workspace's price changes.
 PUT_LOCK = 0x67756D6F
+
+Key = tuple[str, date]
 
 
 @dataclass(frozen=True)
@@ -44,29 +48,47 @@ class StoredPrice:
     valid_from: date
     starts_at: datetime
     per_gpu_hour: Decimal
+    entered_at: datetime
+
+    @property
+    def key(self) -> Key:
+        return (self.gpu_model, self.valid_from)
+
+    def began(self, now: datetime) -> bool:
+        return self.starts_at <= now
+
+
+def zone_of(zone_name: str) -> tzinfo:
+    return parse_zone(zone_name)[1]
 
 
 def today_in(zone_name: str) -> date:
-    _, zone = parse_zone(zone_name)
-    return datetime.now(zone).date()
+    return datetime.now(zone_of(zone_name)).date()
 
 
 def day_start(day: date, zone_name: str) -> datetime:
     """Midnight of a date in a zone, as UTC."""
-    _, zone = parse_zone(zone_name)
+    zone = zone_of(zone_name)
     return datetime(day.year, day.month, day.day, tzinfo=zone).astimezone(UTC)
 
 
-async def _stored(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> list[StoredPrice]:
+async def lock_prices(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> None:
+    """One change at a time per workspace: two racing ones must not both pass the checks."""
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(%s, %s)", [PUT_LOCK, workspace_id & 0x7FFFFFFF]
+    )
+
+
+async def stored_prices(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> list[StoredPrice]:
     cur = await conn.execute(
-        "SELECT gpu_model, valid_from, starts_at, per_gpu_hour FROM prices "
+        "SELECT gpu_model, valid_from, starts_at, per_gpu_hour, created_at FROM prices "
         'WHERE workspace_id = %s ORDER BY gpu_model COLLATE "C", valid_from',
         [workspace_id],
     )
     return [StoredPrice(*row) for row in await cur.fetchall()]
 
 
-async def _currency(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> str | None:
+async def stored_currency(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> str | None:
     cur = await conn.execute(
         "SELECT currency FROM workspace_currencies WHERE workspace_id = %s", [workspace_id]
     )
@@ -74,18 +96,25 @@ async def _currency(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> st
     return str(row[0]) if row else None
 
 
-async def prices(session: AsyncSession, ctx: WorkspaceContext) -> PricesOut:
+def any_fixed(stored: list[StoredPrice], window: CorrectionWindow, now: datetime) -> bool:
+    """Some price's window has closed: new prices may no longer be dated back freely."""
+    return any(not window.is_open(now, p.starts_at, p.entered_at) for p in stored)
+
+
+async def prices(
+    session: AsyncSession, ctx: WorkspaceContext, window: CorrectionWindow
+) -> PricesOut:
     conn = await report_connection(session)
     zone = ctx.workspace.timezone
-    today = today_in(zone)
-    stored = await _stored(conn, ctx.workspace_id)
-    currency = await _currency(conn, ctx.workspace_id)
+    stored = await stored_prices(conn, ctx.workspace_id)
+    currency = await stored_currency(conn, ctx.workspace_id)
     now = datetime.now(UTC)
     shown = []
     for i, price in enumerate(stored):
         following = stored[i + 1] if i + 1 < len(stored) else None
         same_model = following is not None and following.gpu_model == price.gpu_model
         until = following.valid_from if following and same_model else None
+        closes = window.closes_at(price.starts_at, price.entered_at)
         shown.append(
             PriceOut(
                 gpu_model=price.gpu_model,
@@ -93,104 +122,116 @@ async def prices(session: AsyncSession, ctx: WorkspaceContext) -> PricesOut:
                 from_=price.valid_from,
                 starts_at=price.starts_at,
                 until=until,
-                fixed=price.starts_at <= now,
+                correctable_until=closes,
+                fixed=closes <= now,
             )
         )
     return PricesOut(
         currency=currency,
         minor_units=MINOR_UNITS[currency] if currency else None,
-        today=today,
+        today=today_in(zone),
         timezone=zone,
+        correction_days=window.days,
         prices=shown,
     )
 
 
-def _label(model: str, day: date) -> str:
+def label(model: str, day: date) -> str:
     return f"{model[:100]!r} from {day.isoformat()}"
 
 
-async def put_prices(session: AsyncSession, ctx: WorkspaceContext, body: PricesIn) -> PricesOut:
-    """Replace the future prices (and set the currency); the past stays (module docstring)."""
-    currency = check_currency(body.currency)
-    conn = await report_connection(session)
-    workspace_id = ctx.workspace_id
-    zone = ctx.workspace.timezone
-    today = today_in(zone)
-    # One PUT at a time per workspace: two racing PUTs must not both pass the checks.
-    lock = [PUT_LOCK, workspace_id & 0x7FFFFFFF]
-    await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", lock)
-    stored = await _stored(conn, workspace_id)
-    old_currency = await _currency(conn, workspace_id)
-    sent: dict[tuple[str, date], Decimal] = {}
+def amount_text(value: Decimal) -> str:
+    """A price as the audit log keeps it: plain decimal text ("0.85"), never a float."""
+    return f"{value.normalize():f}"
+
+
+async def audit_price(
+    session: AsyncSession,
+    ctx: WorkspaceContext,
+    action: str,
+    key: Key,
+    currency: str | None,
+    new: Decimal | None,
+    old: Decimal | None,
+) -> None:
+    """One price added, changed or removed, with its amounts before and after."""
+    await record(
+        session,
+        ctx,
+        action,
+        target=label(*key),
+        detail={
+            "gpuModel": key[0][:100],
+            "from": key[1].isoformat(),
+            "currency": currency,
+            "perGpuHour": amount_text(new) if new is not None else None,
+            "previousPerGpuHour": amount_text(old) if old is not None else None,
+        },
+    )
+
+
+def _sent(body: PricesIn) -> dict[Key, Decimal]:
+    sent: dict[Key, Decimal] = {}
     for entry in body.prices:
         key = (entry.gpu_model, entry.from_)
         if key in sent:
-            raise Unprocessable(f"prices lists {_label(*key)} twice.")
+            raise Unprocessable(f"prices lists {label(*key)} twice.")
         sent[key] = entry.per_gpu_hour
+    return sent
+
+
+async def put_prices(
+    session: AsyncSession, ctx: WorkspaceContext, body: PricesIn, window: CorrectionWindow
+) -> PricesOut:
+    """Replace the future prices, correct recent ones (and set the currency); the rest of
+    the past stays (module docstring)."""
+    currency = check_currency(body.currency)
+    conn = await report_connection(session)
+    workspace_id = ctx.workspace_id
+    zone_name = ctx.workspace.timezone
+    zone = zone_of(zone_name)
+    await lock_prices(conn, workspace_id)
+    stored = await stored_prices(conn, workspace_id)
+    by_key = {p.key: p for p in stored}
+    old_currency = await stored_currency(conn, workspace_id)
+    sent = _sent(body)
     # Begun by the instant stored with it, not by its date in the zone as it is now: a
     # workspace moved to a zone behind its old one must not make a begun price future.
     now = datetime.now(UTC)
-    fixed = {(p.gpu_model, p.valid_from): p for p in stored if p.starts_at <= now}
-    if fixed:
+    began = {p.key for p in stored if p.began(now)}
+    corrected: list[tuple[StoredPrice, Decimal]] = []
+    backdated: set[Key] = set()
+    if began:
         if old_currency is not None and currency != old_currency:
             raise Conflict(
                 f"The currency is {old_currency} and prices in it are in force already; "
                 "it cannot change, or past costs would change with it."
             )
-        waiting = {(p.gpu_model, p.valid_from): p for p in stored if p.starts_at > now}
-        kept = dict(fixed)
+        # Left out or sent unchanged, a begun price is kept; a future one only if sent
+        # unchanged (it keeps the instant stored with it).
+        kept = set(began)
+        added: dict[Key, Decimal] = {}
+        open_list = not any_fixed(stored, window, now)
         for key, per_hour in sent.items():
-            found = fixed.get(key)
-            if found is None and key[1] <= today:
-                # Dated today in a zone moved ahead, stored before it began: kept as
-                # stored (its instant), when sent unchanged.
-                found = waiting.get(key)
-                if found is None or found.per_gpu_hour != per_hour:
-                    raise Conflict(
-                        f"{_label(*key)} would start on or before today ({today.isoformat()} "
-                        f"in {zone}); prices already in force are never rewritten, so a new "
-                        "price must start tomorrow or later."
-                    )
-                kept[key] = found
-                continue
-            if found is None:
-                continue
-            if found.per_gpu_hour != per_hour:
-                raise Conflict(
-                    f"{_label(*key)} is in force at {found.per_gpu_hour.normalize():f} per "
-                    "GPU-hour and cannot change; add a new price from tomorrow or later instead."
-                )
-        dropped = [key for key in waiting if key not in kept]
-        added = {k: v for k, v in sent.items() if k not in kept}
+            found = by_key.get(key)
+            if found is not None and found.per_gpu_hour == per_hour:
+                kept.add(key)
+            elif found is not None and found.began(now):
+                refuse_fixed(window, label(*key), now, zone, found.starts_at, found.entered_at)
+                corrected.append((found, per_hour))
+            else:
+                start = day_start(key[1], zone_name)
+                if not open_list:
+                    refuse_backdated(window, label(*key), now, zone, start)
+                if start <= now:
+                    backdated.add(key)
+                added[key] = per_hour
+        dropped = [p.key for p in stored if p.key not in kept]
     else:
-        dropped = [(p.gpu_model, p.valid_from) for p in stored]
+        dropped = list(by_key)
         added = sent
-    if dropped:
-        async with conn.cursor() as delete:
-            await delete.executemany(
-                "DELETE FROM prices WHERE workspace_id = %s AND gpu_model = %s AND valid_from = %s",
-                [(workspace_id, model, day) for model, day in dropped],
-            )
-    removed = len(dropped)
-    if added:
-        async with conn.cursor() as insert:
-            await insert.executemany(
-                "INSERT INTO prices (workspace_id, gpu_model, valid_from, starts_at, zone, "
-                "per_gpu_hour) VALUES (%s, %s, %s, %s, %s, %s)",
-                [
-                    (workspace_id, model, day, day_start(day, zone), zone, per_hour)
-                    for (model, day), per_hour in added.items()
-                ],
-            )
-    await conn.execute(
-        """
-        INSERT INTO workspace_currencies (workspace_id, currency, minor_units)
-        VALUES (%s, %s, %s)
-        ON CONFLICT (workspace_id) DO UPDATE
-        SET currency = EXCLUDED.currency, minor_units = EXCLUDED.minor_units, updated_at = now()
-        """,
-        [workspace_id, currency, MINOR_UNITS[currency]],
-    )
+    await _write(conn, workspace_id, zone_name, dropped, added, corrected)
+    await set_currency_row(conn, workspace_id, currency)
     await record(
         session,
         ctx,
@@ -200,8 +241,65 @@ async def put_prices(session: AsyncSession, ctx: WorkspaceContext, body: PricesI
             "currency": currency,
             "previousCurrency": old_currency,
             "added": len(added),
-            "replaced": removed,
-            "kept": len(fixed),
+            "replaced": len(dropped),
+            "kept": len(began) - len(corrected),
+            "corrected": len(corrected),
         },
     )
-    return await prices(session, ctx)
+    # Each change to hours already priced: with its amounts, as the page's changes are.
+    for found, per_hour in corrected:
+        await audit_price(
+            session, ctx, "price.changed", found.key, currency, per_hour, found.per_gpu_hour
+        )
+    for key in sorted(backdated):
+        await audit_price(session, ctx, "price.added", key, currency, added[key], None)
+    return await prices(session, ctx, window)
+
+
+async def _write(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    zone_name: str,
+    dropped: list[Key],
+    added: dict[Key, Decimal],
+    corrected: list[tuple[StoredPrice, Decimal]],
+) -> None:
+    if dropped:
+        async with conn.cursor() as delete:
+            await delete.executemany(
+                "DELETE FROM prices WHERE workspace_id = %s AND gpu_model = %s AND valid_from = %s",
+                [(workspace_id, model, day) for model, day in dropped],
+            )
+    if added:
+        async with conn.cursor() as insert:
+            await insert.executemany(
+                "INSERT INTO prices (workspace_id, gpu_model, valid_from, starts_at, zone, "
+                "per_gpu_hour) VALUES (%s, %s, %s, %s, %s, %s)",
+                [
+                    (workspace_id, model, day, day_start(day, zone_name), zone_name, per_hour)
+                    for (model, day), per_hour in added.items()
+                ],
+            )
+    if corrected:
+        # The amount only: the start, its zone and when it was entered stay, so a
+        # correction never extends its own window.
+        async with conn.cursor() as update:
+            await update.executemany(
+                "UPDATE prices SET per_gpu_hour = %s "
+                "WHERE workspace_id = %s AND gpu_model = %s AND valid_from = %s",
+                [(new, workspace_id, p.gpu_model, p.valid_from) for p, new in corrected],
+            )
+
+
+async def set_currency_row(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, currency: str
+) -> None:
+    await conn.execute(
+        """
+        INSERT INTO workspace_currencies (workspace_id, currency, minor_units)
+        VALUES (%s, %s, %s)
+        ON CONFLICT (workspace_id) DO UPDATE
+        SET currency = EXCLUDED.currency, minor_units = EXCLUDED.minor_units, updated_at = now()
+        """,
+        [workspace_id, currency, MINOR_UNITS[currency]],
+    )

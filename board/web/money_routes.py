@@ -1,19 +1,28 @@
-"""Team statements: the month per team (a page that prints well), and the same as CSV."""
+"""The money pages: team statements (a page that prints well, and the same as CSV), and
+the prices page where admins set the currency and the prices."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Form, HTTPException, Query, Request, Response
 
+from board.db.deps import SessionDep
 from board.errors import DomainError
-from board.money import statements
+from board.hosts import service as hosts
+from board.money import price_edits, statements
+from board.money import service as money
+from board.money.corrections import CorrectionWindow, PriceWindowDep
+from board.money.currencies import MINOR_UNITS
+from board.money.schemas import price_entry, price_key
 from board.reports.params import parse_zone
 from board.reports.slots import report_slot
-from board.web.deps import Page, PageDep
-from board.web.render import PageRoute, error_page, finish, render
+from board.web.deps import AdminPageDep, CsrfDep, Page, PageDep
+from board.web.prices_page import prices_view
+from board.web.render import PageRoute, error_page, finish, redirect, render
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
@@ -123,3 +132,124 @@ async def statement_csv(
             headers={"Content-Disposition": f'attachment; filename="{filename}"'},
         ),
     )
+
+
+# The prices page (admins): the currency, the prices and their correction window.
+
+PRICE_NOTICES = {
+    "added": "Price saved. Costs use it from its start.",
+    "removed": "Price removed. Its hours are priced by the price before it again.",
+    "currency": "Currency saved.",
+}
+
+
+@dataclass(frozen=True)
+class PriceForm:
+    """What the add form shows again after a refusal."""
+
+    gpu_model: str = ""
+    per_gpu_hour: str = ""
+    from_: str = ""
+
+
+async def _prices_page(
+    request: Request,
+    page: Page,
+    db: SessionDep,
+    window: CorrectionWindow,
+    status_code: int = 200,
+    error: str | None = None,
+    form: PriceForm | None = None,
+) -> Response:
+    out = await money.prices(db, page.ctx, window)
+    view = prices_view(out, window)
+    context: dict[str, Any] = {
+        "page": page,
+        "nav": "admin",
+        "prices": view,
+        "models": await hosts.gpu_models(db, page.ctx.workspace_id),
+        "currencies": sorted(MINOR_UNITS),
+        "notice": PRICE_NOTICES.get(request.query_params.get("notice", "")),
+        "error": error,
+        "form": form or PriceForm(from_=view.today),
+    }
+    return render(request, "prices.html", context, status_code=status_code)
+
+
+async def _refused(
+    request: Request,
+    page: Page,
+    db: SessionDep,
+    window: CorrectionWindow,
+    exc: DomainError,
+    form: PriceForm | None = None,
+) -> Response:
+    # Nothing of a refused change stays; the rollback expires the workspace row.
+    await db.rollback()
+    await db.refresh(page.ctx.workspace)
+    return await _prices_page(request, page, db, window, exc.status_code, exc.detail, form)
+
+
+@router.get("/admin/prices")
+async def prices_page(
+    request: Request, page: AdminPageDep, db: SessionDep, window: PriceWindowDep
+) -> Response:
+    return await _prices_page(request, page, db, window)
+
+
+@router.post("/admin/prices")
+async def save_price(
+    request: Request,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    window: PriceWindowDep,
+    gpu_model: Annotated[str, Form(max_length=1000)] = "",
+    per_gpu_hour: Annotated[str, Form(max_length=100)] = "",
+    from_: Annotated[str, Form(alias="from", max_length=100)] = "",
+) -> Response:
+    """Add a price, or correct the amount of the one with that model and date."""
+    form = PriceForm(gpu_model, per_gpu_hour, from_)
+    try:
+        entry = price_entry(gpu_model.strip(), from_.strip(), per_gpu_hour.strip())
+        await price_edits.set_price(db, page.ctx, entry, window)
+        await db.commit()
+    except DomainError as exc:
+        return await _refused(request, page, db, window, exc, form)
+    return redirect(request, f"/w/{page.slug}/admin/prices?notice=added#history")
+
+
+@router.post("/admin/prices/remove")
+async def remove_price(
+    request: Request,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    window: PriceWindowDep,
+    gpu_model: Annotated[str, Form(max_length=1000)] = "",
+    from_: Annotated[str, Form(alias="from", max_length=100)] = "",
+) -> Response:
+    try:
+        key = price_key(gpu_model, from_)
+        await price_edits.remove_price(db, page.ctx, key.gpu_model, key.from_, window)
+        await db.commit()
+    except DomainError as exc:
+        return await _refused(request, page, db, window, exc)
+    return redirect(request, f"/w/{page.slug}/admin/prices?notice=removed#history")
+
+
+@router.post("/admin/prices/currency")
+async def save_currency(
+    request: Request,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    window: PriceWindowDep,
+    currency: Annotated[str, Form(max_length=100)] = "",
+) -> Response:
+    try:
+        await price_edits.set_currency(db, page.ctx, currency.strip(), window)
+        await db.commit()
+    except DomainError as exc:
+        return await _refused(request, page, db, window, exc)
+    return redirect(request, f"/w/{page.slug}/admin/prices?notice=currency#currency")

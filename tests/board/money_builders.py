@@ -19,7 +19,9 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 import httpx
+import psycopg
 
+from board.db.urls import libpq_url
 from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import days_ago_midnight, gpu, observation, proc
 
@@ -85,3 +87,16 @@ async def set_team(client: httpx.AsyncClient, tenant: Tenant, user: str, team: s
         headers=tenant.auth(),
     )
     assert r.status_code == 200, r.text
+
+
+async def age_prices(database_url: str, slug: str, days: int) -> None:
+    """Every price of the workspace as if entered `days` earlier: the correction window's
+    clock, for prices that start at least that far back (the tests cannot wait a week)."""
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(database_url), autocommit=True
+    ) as conn:
+        await conn.execute(
+            "UPDATE prices SET created_at = created_at - make_interval(days => %s) "
+            "WHERE workspace_id = (SELECT id FROM workspaces WHERE slug = %s)",
+            [days, slug],
+        )

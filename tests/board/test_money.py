@@ -31,6 +31,7 @@ from tests.board.builders import enroll, push
 from tests.board.money_builders import (
     A100,
     H100,
+    age_prices,
     build_fleet,
     fixture_day,
     prices_body,
@@ -189,7 +190,7 @@ def test_rounding_is_half_even_per_row_and_once_for_totals() -> None:
     assert minor_amount(sum(rows), 2) == 38
 
 
-async def test_price_history_is_never_rewritten(app, client) -> None:
+async def test_price_history_is_never_rewritten(app, client, database_url) -> None:
     tenant = await quick_tenant(app, "money")
     today = datetime.now(UTC).date()  # the workspace is in UTC
     past = (today - timedelta(days=30)).isoformat()
@@ -202,31 +203,38 @@ async def test_price_history_is_never_rewritten(app, client) -> None:
             {"gpuModel": A100, "perGpuHour": 2, "from": later},
         ],
     }
-    # Until a price is in force, anything goes: back-dated for last quarter's reports.
+    # Until a price is fixed, anything goes: back-dated for last quarter's reports.
     r = await client.put(_prices(tenant.slug), json=first, headers=tenant.auth())
     assert r.status_code == 200, r.text
     shown = r.json()
     assert shown["currency"] == "EUR"
     assert shown["minorUnits"] == 2
+    assert shown["correctionDays"] == 7
+    # Entered just now, the back-dated price stays correctable for the window.
     assert [
         (p["gpuModel"], p["perGpuHour"], p["from"], p["until"], p["fixed"]) for p in shown["prices"]
     ] == [
-        ("*", 1.5, past, None, True),
+        ("*", 1.5, past, None, False),
         (A100, 2.0, later, None, False),
     ]
+    # A week and a day later, its window has closed.
+    await age_prices(database_url, tenant.slug, 8)
+    shown = (await client.get(_prices(tenant.slug), headers=tenant.auth())).json()
+    assert [(p["gpuModel"], p["fixed"]) for p in shown["prices"]] == [("*", True), (A100, False)]
+    eight_days_ago = (today - timedelta(days=8)).isoformat()
     refused: list[tuple[dict[str, Any], str]] = [
-        # Changing a price in force.
+        # Changing a fixed price.
         (
             {"currency": "EUR", "prices": [{"gpuModel": "*", "perGpuHour": 1.4, "from": past}]},
-            "cannot change",
+            "is fixed",
         ),
-        # Adding one that starts today or earlier.
+        # Adding one that starts further back than the correction window.
         (
             {
                 "currency": "EUR",
-                "prices": [{"gpuModel": H100, "perGpuHour": 9, "from": today.isoformat()}],
+                "prices": [{"gpuModel": H100, "perGpuHour": 9, "from": eight_days_ago}],
             },
-            "never rewritten",
+            "more than 7 days ago",
         ),
         # Another currency while prices are in force.
         ({"currency": "USD", "prices": []}, "cannot change"),

@@ -556,11 +556,14 @@ async def test_odd_zone_names_in_every_report_and_setting(
 
 
 async def test_a_price_in_force_stays_fixed_when_the_zone_moves_back(
-    app: Any, client: httpx.AsyncClient
+    app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A price from today in Kiritimati (UTC+14) began hours ago. Moving the workspace
     to UTC-12, where that date is still ahead, made it "future" again: GET said
-    fixed false, and a PUT replaced or deleted a price costs were already computed with."""
+    fixed false, and a PUT replaced or deleted a price costs were already computed with.
+    Without a correction window a begun price is fixed at once, as it was then; with
+    one, the window is judged by the same stored instant."""
+    monkeypatch.setattr(app.state.runtime.settings, "price_correction_days", 0)
     tenant = await quick_tenant(app, "zonemove")
     settings = f"{base(tenant)}/settings"
     url = f"{base(tenant)}/prices"
@@ -596,11 +599,13 @@ async def test_a_price_in_force_stays_fixed_when_the_zone_moves_back(
 
 
 async def test_a_price_not_begun_keeps_its_instant_when_the_zone_moves_ahead(
-    app: Any, client: httpx.AsyncClient
+    app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """From UTC-12 to UTC+14: a price from tomorrow (UTC-12) is dated today or earlier in
     the new zone but has not begun. Sent again unchanged it keeps its stored instant
-    (never one in the past); changed it is a 409; left out it goes."""
+    (never one in the past); changed it is a 409 (a new price dated back, once another
+    is fixed: here without a correction window); left out it goes."""
+    monkeypatch.setattr(app.state.runtime.settings, "price_correction_days", 0)
     tenant = await quick_tenant(app, "zoneahead")
     settings = f"{base(tenant)}/settings"
     url = f"{base(tenant)}/prices"
@@ -623,7 +628,7 @@ async def test_a_price_not_begun_keeps_its_instant_when_the_zone_moves_ahead(
     assert [(p["startsAt"], p["fixed"]) for p in r.json()["prices"]][1] == (began, False)
     changed = [prices[0], {**prices[1], "perGpuHour": 3}]
     r = await client.put(url, json={"currency": "EUR", "prices": changed}, headers=tenant.auth())
-    assert "on or before today" in refused(r, 409)
+    assert "and that has begun" in refused(r, 409)
     r = await client.put(
         url, json={"currency": "EUR", "prices": [prices[0]]}, headers=tenant.auth()
     )

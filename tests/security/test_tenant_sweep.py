@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,8 @@ WINDOW = {
     "to": (_TODAY + timedelta(days=1)).isoformat(),
 }
 ROLES = ("admin", "member", "finance")
+# Path parameters that name something inside the URL's workspace, not one of B's rows.
+NOT_IDS = {"linuxuser", "validfrom", "gpumodel"}
 
 
 @dataclass
@@ -82,6 +85,11 @@ def b_values(name: str, world: World, *, in_path: bool) -> list[str] | None:
         return [world.b_channel_id]
     if n == "deliveryid":
         return [world.b_delivery_id]
+    # A price's date and GPU model name a price in the URL's workspace, nobody's id.
+    if n == "validfrom":
+        return [_TODAY.isoformat()]
+    if n == "gpumodel":
+        return ["swept-model"]
     if n == "email" and in_path:  # a form's email is a sign-in or a new member, not an id
         return [b.admin.email]
     if in_path:  # an id we do not know yet: B's host id is at least a real id of B's
@@ -137,12 +145,14 @@ def calls_for(endpoint: Endpoint, world: World) -> Iterator[Call]:
                     value = world.a.slug
                 elif not all_b and _norm(name) == "linuxuser":
                     value = world.a_linux_user  # in A's own directory: A's own name
-                elif where == "path" and _norm(name) != "linuxuser":
+                elif where == "path" and _norm(name) not in NOT_IDS:
                     # A Linux user name is nobody's id: A may enter any name in A's own
                     # directory (entered ahead); only B's slug makes it B's.
                     b_in_path = True
                 if where == "path":
-                    path = path.replace(f"{{{name}}}", quote(value, safe=""))
+                    # {name} or {name:path}: the converter is part of the template.
+                    slot = re.compile(r"\{" + re.escape(name) + r"(?::[^}]+)?\}")
+                    path = slot.sub(quote(value, safe=""), path)
                 elif where == "query":
                     query[name] = value
                 elif where == "form":
