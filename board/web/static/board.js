@@ -4,6 +4,8 @@
 // - [data-live-filters]: filter changes apply at once and stay in the address bar.
 // - [data-live-chart]: a small live utilization chart fed by the same JSON.
 // - [data-autosubmit], form[data-confirm]: small conveniences; everything works without JS.
+// - select[data-kind-select]: shows only the form's fields (data-for-kinds) the chosen
+//   kind uses; without JS every field shows, each saying which kinds use it.
 "use strict";
 
 (function () {
@@ -303,6 +305,17 @@
     });
   }
 
+  function startKindFields(select) {
+    const fields = select.form.querySelectorAll("[data-for-kinds]");
+    function show() {
+      fields.forEach(function (field) {
+        field.hidden = field.dataset.forKinds.split(" ").indexOf(select.value) < 0;
+      });
+    }
+    select.addEventListener("change", show);
+    show();
+  }
+
   onReady(function () {
     setInterval(tickDurations, 15000);
     document.querySelectorAll("[data-live]").forEach(function (root) {
@@ -315,6 +328,7 @@
     document.querySelectorAll("form[data-live-filters]").forEach(startFilters);
     document.querySelectorAll("[data-live-chart]").forEach(startLiveChart);
     document.querySelectorAll("table[data-sortable]").forEach(startSortable);
+    document.querySelectorAll("select[data-kind-select]").forEach(startKindFields);
     document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
       select.addEventListener("change", function () { select.form.submit(); });
     });
