@@ -158,6 +158,15 @@ def overview(teams: dict[str | None, _Sums], currency: Currency | None) -> list[
     return [summary(team, sums, currency) for team, sums in teams.items()]
 
 
+def overview_total(teams: dict[str | None, _Sums], currency: Currency | None) -> TeamSummary:
+    """Every team's month added up, each figure rounded once from the exact sums (as a
+    team's own total is), so the teams' rows add up to it within a minor unit each."""
+    total = _Sums()
+    for sums in teams.values():
+        total.add(sums.held, sums.active, sums.idle_held, sums.cost, sums.idle_cost)
+    return summary(None, total, currency)
+
+
 def statement(
     workspace_name: str,
     first: date,

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request, Response
 
 from board.audit.deps import ClientAddressDep
 from board.audit.service import record, record_for_person
 from board.auth import web_sessions
-from board.auth.deps import PasswordGateDep, member_context
+from board.auth.deps import PasswordGateDep, client_address, member_context, memberships_of
 from board.auth.models import User
 from board.auth.passwords import PasswordsBusy
 from board.db.deps import SessionDep
 from board.errors import DomainError, Forbidden, Unprocessable
 from board.runtime import RuntimeDep
-from board.web.deps import CsrfDep, SignedInDep
+from board.web.deps import CsrfDep, Page, SignedIn, SignedInDep
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session
 from board.workspaces import service as workspaces
@@ -29,14 +30,31 @@ NOTICES = {
 }
 
 
+async def _nav_page(
+    request: Request, person: SignedIn, db: SessionDep, wanted: str | None
+) -> Page | None:
+    """The workspace whose navigation the page shows: the one the person came from (its
+    account link says `?w=`), else their first; none for a person in no workspace."""
+    memberships = await memberships_of(db, person.user_id)
+    slugs = [slug for slug, _, _ in memberships]
+    if not slugs:
+        return None
+    slug = wanted if wanted in slugs else slugs[0]
+    ctx = await member_context(db, slug, person.user_id, client_address(request))
+    return Page(ctx=ctx, person=person, workspaces=memberships)
+
+
 async def _account_page(
     request: Request,
     person: SignedInDep,
     db: SessionDep,
     status_code: int = 200,
+    workspace: str | None = None,
     **extra: Any,
 ) -> Response:
     context = {
+        "page": await _nav_page(request, person, db, workspace or request.query_params.get("w")),
+        "nav": "account",
         "email": person.email,
         "memberships": await workspaces.api_tokens_by_workspace(db, person.user_id),
         "notice": NOTICES.get(request.query_params.get("notice", "")),
@@ -134,7 +152,7 @@ async def issue_token(
         await record(db, ctx, "api_token.issued", target=issued.prefix, address=address)
     except DomainError as exc:
         return await _account_page(
-            request, person, db, status_code=exc.status_code, error=exc.detail
+            request, person, db, exc.status_code, ctx.workspace.slug, error=exc.detail
         )
     shown = IssuedApiToken(
         api_token=issued.secret,
@@ -142,7 +160,7 @@ async def issue_token(
         workspace=ctx.workspace.slug,
         role=ctx.role,
     )
-    return await _account_page(request, person, db, status_code=201, issued=shown)
+    return await _account_page(request, person, db, 201, ctx.workspace.slug, issued=shown)
 
 
 @router.post("/api-tokens/{prefix}/revoke")
@@ -158,4 +176,5 @@ async def revoke_token(
     ctx = await member_context(db, workspace, person.user_id, address)
     await workspaces.revoke_api_token(db, ctx.workspace_id, person.user_id, prefix)
     await record(db, ctx, "api_token.revoked", target=prefix, address=address)
-    return redirect(request, "/account?notice=token-revoked#tokens")
+    query = urlencode({"notice": "token-revoked", "w": ctx.workspace.slug})
+    return redirect(request, f"/account?{query}#tokens")

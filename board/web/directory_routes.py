@@ -16,7 +16,9 @@ from board.db.deps import SessionDep
 from board.directory import service as directory
 from board.directory.schemas import DirectoryEntryIn
 from board.errors import DomainError, Unprocessable
+from board.hosts import service as hosts
 from board.web.deps import AdminPageDep, CsrfDep, Page
+from board.web.fleet_people import running_now
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces
 
@@ -37,6 +39,9 @@ async def _page(
         "page": page,
         "nav": "directory",
         "entries": await directory.entries(db, page.ctx.workspace_id),
+        # lastSeenAt is the last hour credited (closed intervals only): a user at work
+        # now would read "seen 49 min ago", so the page asks the hosts' newest state.
+        "running": running_now(await hosts.fleet_hosts(db, page.ctx)),
         "members": await workspaces.list_members(db, page.ctx.workspace_id),
         "saved": saved,
         "error": error,

@@ -25,6 +25,17 @@ class Person:
     idle_held_gpu_hours: float = 0.0
 
 
+def running_now(hosts: list[HostNow]) -> set[str]:
+    """Linux users with a compute process in the newest observation of a fresh host."""
+    return {
+        user
+        for host in hosts
+        if host.host.freshness in FRESH
+        for gpu in host.gpus
+        for user in gpu.holders
+    }
+
+
 def people(
     hosts: list[HostNow], week: list[dict[str, Any]], now: datetime, sort: str = "idle_held"
 ) -> list[Person]:

@@ -23,7 +23,7 @@ _ROW_END = "</tr>\n    "
 
 @cache
 def _labels() -> tuple[dict[str, str], dict[str, str]]:
-    """State and availability labels, from where the templates take them (one source)."""
+    """State and booked-availability labels, from where the templates take them (one source)."""
     states: dict[str, str] = templates.env.globals["state_labels"]  # type: ignore[assignment]
     module = templates.get_template("_reservation_availability.html").module
     available: dict[str, str] = module.availability_labels  # type: ignore[attr-defined]
@@ -54,13 +54,17 @@ def gpu_row(card: Card, with_host: bool) -> str:
         held = ", ".join([_text(user) for user in card.holders])
     util = "–" if card.util_pct is None else f"{card.util_pct} %"
     host = f"<td>{_text(card.host_name)}</td>" if with_host else ""
-    availability = _text(card.availability)
+    label = available.get(card.availability)
+    # A chip only for a booked GPU, as the card draws it (_reservation_availability.html).
+    chip = (
+        f' <span class="avail avail-{_text(card.availability)}">{_text(label)}</span>'
+        if label
+        else ""
+    )
     return (
         f'<tr class="state-{state}" data-gpu="{_text(card.host_id)}/{uuid}">{host}'
         f"<td>{card.index}</td>"
-        f'<td><span class="badge state-{state}">{_text(states[card.state])}</span> '
-        f'<span class="avail avail-{availability}" data-availability="{availability}" '
-        f'data-availability-gpu="{uuid}">{_text(available[card.availability])}</span></td>'
+        f'<td><span class="badge state-{state}">{_text(states[card.state])}</span>{chip}</td>'
         f"<td>{since}</td>"
         f"<td>{held}</td>"
         f'<td class="num">{util}</td>'

@@ -78,6 +78,7 @@ async def statements_page(
         "month": month,
         "error": None,
         "overview": [],
+        "total": None,
         "statement": None,
         "links": {},
         "csv_url": "",
@@ -102,6 +103,7 @@ async def statements_page(
         context["csv_url"] = _link(page, shown, chosen, ".csv")
     else:
         context["overview"] = statements.overview(teams, currency)
+        context["total"] = statements.overview_total(teams, currency)
         context["links"] = {t: _link(page, shown, t) for t in teams}
     return render(request, "statement.html", context)
 

@@ -32,6 +32,20 @@ NOTICES = {
     "retry-queued": "The delivery will be tried again in a few seconds.",
 }
 ChannelId = Annotated[str, Path(max_length=64)]
+# What the page calls each event; the codes stay the form's values and the API's words.
+_CONDITION_LABELS = {
+    "gpu.idle_held": "GPU idle-held",
+    "reservation.idle": "Booked GPU idle",
+    "host.stale": "Host stale",
+    "host.error": "Host in error",
+}
+EVENT_LABELS = {
+    **_CONDITION_LABELS,
+    **{f"{code}.resolved": f"{label}: resolved" for code, label in _CONDITION_LABELS.items()},
+    "digest.daily": "Daily digest",
+    "test": "Test notice",
+}
+KIND_LABELS = {"webhook": "Webhook", "slack": "Slack", "email": "Email"}
 
 
 async def _page(
@@ -48,6 +62,8 @@ async def _page(
         "channels": await notices.list_channels(db, page.ctx.workspace_id),
         "deliveries": await notices.list_deliveries(db, page.ctx.workspace_id),
         "event_types": EVENT_TYPES,
+        "event_labels": EVENT_LABELS,
+        "kind_labels": KIND_LABELS,
         "default_events": DEFAULT_EVENTS,
         "mail_configured": settings.smtp_url is not None,
         "notice": NOTICES.get(request.query_params.get("notice", "")),

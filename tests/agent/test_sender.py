@@ -132,6 +132,23 @@ def test_hung_connection_times_out_and_spools(board: FakeBoard, make_sender) -> 
     assert len(sender.spool) == 1
 
 
+def test_an_abandoned_request_leaves_no_traceback(
+    board: FakeBoard, make_sender, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent gives up on a hung board; the board's late answer then finds it gone,
+    which is no error: nothing printed (http.server printed a BrokenPipeError traceback
+    into the test log for each, under tests that passed)."""
+    board.answer(Reply(503, body=b"x" * 1_000_000, hang=30))
+    sender = make_sender(read=0.3, base=5, cap=5)
+    assert sender.deliver(snapshot(0), budget(1.0)) == "spooled"
+    board.release.set()  # the board answers now, to a client that has left
+    deadline = time.monotonic() + 30
+    while board.server.done < 1:
+        assert time.monotonic() < deadline, "the board never finished the request"
+        time.sleep(0.05)
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_request_timeout_bounded_by_tick_budget(board: FakeBoard, make_sender) -> None:
     board.answer(Reply(503, hang=30))
     sender = make_sender(read=60)

@@ -473,3 +473,32 @@ async def test_member_and_token_answers_keep_their_shape(app: Any, client: Any) 
         api_token=issued["apiToken"], token_prefix="p", workspace="acme", role="admin"
     )
     assert issued["apiToken"] not in repr(shown)
+
+
+async def test_the_account_page_keeps_the_workspace_navigation(app: Any, client: Any) -> None:
+    acme = await make_tenant(app, "acme")
+    await make_tenant(app, "globex")
+    await make_tenant(app, "initech")
+    added = await client.post(
+        "/api/v1/workspaces/acme/members",
+        json={"email": "member@globex.example", "role": "admin"},
+        headers=acme.auth(),
+    )
+    assert added.status_code == 201, added.text
+    async with _client(app) as browser:
+        assert (await sign_in(browser, "member@globex.example")).status_code == 303
+        fleet = await browser.get("/w/globex/")
+        assert 'href="/account?w=globex"' in fleet.text
+        # From globex's pages, globex's bar; an admin's links where they are admin (acme).
+        for path, slug in (("/account?w=globex", "globex"), ("/account?w=acme", "acme")):
+            page = await browser.get(path)
+            assert page.status_code == 200, page.text
+            assert '<nav class="nav" aria-label="Main">' in page.text
+            assert f'href="/w/{slug}/usage"' in page.text
+            assert ('href="/w/acme/admin"' in page.text) is (slug == "acme")
+        # No `w`, or one of another workspace: the person's first workspace, nothing of it.
+        for path in ("/account", "/account?w=initech", "/account?w=" + "x" * 300):
+            page = await browser.get(path)
+            assert page.status_code == 200, page.text
+            assert 'href="/w/acme/usage"' in page.text
+            assert "initech" not in page.text.lower()

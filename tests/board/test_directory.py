@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import UTC, datetime, timedelta
 
-from tests.board.builders import enroll, push
+from tests.board.builders import enroll, make_tenant, push
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,
@@ -12,6 +13,7 @@ from tests.board.test_reports_builders import (
     proc,
     quick_tenant,
 )
+from tests.web.helpers import sign_in
 
 
 def _url(tenant, rest: str = "") -> str:
@@ -99,3 +101,34 @@ async def test_each_refused_team_says_what_is_wrong(app, client) -> None:
         assert detail.startswith("team: must not contain"), detail
         assert words in detail, (team, detail)
         assert "NUL" not in detail, (team, detail)
+
+
+async def test_the_directory_page_says_who_runs_now(app, client) -> None:
+    """lastSeenAt is an hour's start: a user at work now read "last seen 49 min ago"."""
+    tenant = await make_tenant(app, "acme")
+    fresh = await enroll(client, tenant, "fresh")
+    gone = await enroll(client, tenant, "gone")
+    now = datetime.now(UTC).replace(microsecond=0)
+    earlier = [gpu(0, util=50, procs=[proc("alice")]), gpu(1, util=50, procs=[proc("bob")])]
+    for at, gpus in ((now - timedelta(seconds=60), earlier), (now, earlier[:1])):
+        assert (await push(client, fresh["agentToken"], observation(at, gpus))).status_code == 202
+    # A stale host's newest observation says nothing about now.
+    for seconds in (7260, 7200):
+        body = observation(
+            now - timedelta(seconds=seconds), [gpu(0, util=50, procs=[proc("carol")])]
+        )
+        assert (await push(client, gone["agentToken"], body)).status_code == 202
+    await sign_in(client, "admin@acme.example")
+    page = await client.get("/w/acme/admin/directory")
+    assert page.status_code == 200, page.text
+
+    def last_seen(user: str) -> str:
+        row = re.search(rf'<tr data-linux-user="{user}">.*?</tr>', page.text, re.S)
+        assert row, user
+        cell = re.search(r'data-label="Last seen">(.*?)</td>', row.group(0), re.S)
+        assert cell, user
+        return re.sub(r"<[^>]+>", "", cell.group(1)).strip()
+
+    assert last_seen("alice") == "running now"
+    assert last_seen("bob") != "running now"  # on the host a minute ago, not in its newest
+    assert last_seen("carol").endswith("ago")

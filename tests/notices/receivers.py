@@ -12,11 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from aiosmtpd.controller import Controller
 from standardwebhooks import Webhook, WebhookVerificationError
+
+from tests.http_servers import QuietHTTPServer
 
 
 @dataclass
@@ -48,7 +50,7 @@ class HttpReceiver:
     hold: Callable[[Received], float] | None = None
     received: list[Received] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
-    server: ThreadingHTTPServer | None = None
+    server: QuietHTTPServer | None = None
 
     def start(self) -> HttpReceiver:
         receiver = self
@@ -84,8 +86,7 @@ class HttpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
+        self.server = QuietHTTPServer(("127.0.0.1", self.port), Handler)
         self.port = int(self.server.server_address[1])
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self

@@ -56,3 +56,46 @@ async def test_add_a_webhook_and_send_a_test(demo, page, hook: HttpReceiver) -> 
             break
         await page.wait_for_timeout(1000)
     await expect(delivered).to_have_count(1)
+
+
+async def test_the_add_form_speaks_plainly_and_shows_only_the_kinds_field(demo, page) -> None:  # noqa: F811
+    await browser_sign_in(page, demo, "admin@demo.example")
+    await page.goto(f"{demo.url}/w/demo/admin/notices")
+    form = page.locator("#add-channel")
+    # Events by name; the codes stay the checkboxes' values (and the API's words).
+    idle_held = form.locator('label.check:has(input[value="gpu.idle_held"])')
+    await expect(idle_held).to_have_text("GPU idle-held")
+    assert "gpu.idle_held" not in await form.inner_text()
+    for width in (1280, 390):
+        await page.set_viewport_size({"width": width, "height": 900})
+        box = await idle_held.locator("input").bounding_box()
+        text = await idle_held.locator("span").bounding_box()
+        assert box
+        assert text
+        # Beside its label: on the same line, to its left.
+        assert box["x"] + box["width"] <= text["x"], width
+        assert abs((box["y"] + box["height"] / 2) - (text["y"] + text["height"] / 2)) < 6, width
+    await page.set_viewport_size({"width": 1280, "height": 900})
+
+    # Only the field the chosen kind uses.
+    url, emails = page.locator("#n-url"), page.locator("#n-emails")
+    await expect(url).to_be_visible()
+    await expect(emails).to_be_hidden()
+    await page.select_option("#n-kind", "email")
+    await expect(url).to_be_hidden()
+    await expect(emails).to_be_visible()
+    await page.select_option("#n-kind", "slack")
+    await expect(url).to_be_visible()
+    await expect(emails).to_be_hidden()
+
+    await page.select_option("#n-kind", "email")
+    await page.fill("#n-emails", "ops@demo.example")
+    await page.click("#add-channel button[type=submit]")
+    added = page.locator("#created-channel")
+    await expect(added).to_have_text("Channel added: Email to ops@demo.example.")
+    # A confirmation in the board's one success style (the green of "Booked.").
+    assert "notice" in ((await added.get_attribute("class")) or "").split()
+    row = page.locator("#channels tbody tr").last
+    assert "GPU idle-held" in await row.inner_text()
+    assert "gpu.idle_held" not in await row.inner_text()
+    await screenshots(page, "notices-add")

@@ -34,6 +34,7 @@ from board.settings import Settings
 from board.stream.hub import Sample, StreamHub
 from tests.board.builders import enroll, make_tenant
 from tests.board.db import execute, scalar
+from tests.http_servers import QuietHTTPServer
 from tests.notices.conftest import notice_settings
 from tests.notices.helpers import (
     add_channel,
@@ -181,7 +182,7 @@ class SigningProvider:
     test sets the claims (and header) of the next token its token endpoint hands out."""
 
     def __init__(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         from joserfc.jwk import RSAKey
 
@@ -221,8 +222,7 @@ class SigningProvider:
                     {"access_token": "a", "token_type": "Bearer", "id_token": stub.id_token()}
                 )
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

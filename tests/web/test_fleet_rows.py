@@ -17,7 +17,7 @@ from board.web.render import templates
 JINJA_ROW = templates.env.from_string(
     """{% from "_reservation_availability.html" import availability_badge %}"""
     """{% set by_host = not with_host %}"""
-    """<tr class="state-{{ c.state }}" data-gpu="{{ c.host_id }}/{{ c.uuid }}">{% if not by_host %}<td>{{ c.host_name }}</td>{% endif %}<td>{{ c.index }}</td><td><span class="badge state-{{ c.state }}">{{ state_labels[c.state] }}</span> {{ availability_badge(c) }}</td><td>{% if c.state_since %}<span data-since="{{ c.state_since.isoformat() }}">{{ c.state_for }}</span>{% endif %}</td><td>{% if c.holders is none %}{{ c.process_count }} proc.{% else %}{{ c.holders|join(', ') }}{% endif %}</td><td class="num">{{ c.util_pct if c.util_pct is not none else '–' }}{% if c.util_pct is not none %} %{% endif %}</td><td class="num">{{ c.memory_used_mb|gib }}/{{ c.memory_total_mb|gib }}</td><td class="model">{{ c.name }}</td>"""  # noqa: E501
+    """<tr class="state-{{ c.state }}" data-gpu="{{ c.host_id }}/{{ c.uuid }}">{% if not by_host %}<td>{{ c.host_name }}</td>{% endif %}<td>{{ c.index }}</td><td><span class="badge state-{{ c.state }}">{{ state_labels[c.state] }}</span>{% set chip = availability_badge(c) %}{% if chip %} {{ chip }}{% endif %}</td><td>{% if c.state_since %}<span data-since="{{ c.state_since.isoformat() }}">{{ c.state_for }}</span>{% endif %}</td><td>{% if c.holders is none %}{{ c.process_count }} proc.{% else %}{{ c.holders|join(', ') }}{% endif %}</td><td class="num">{{ c.util_pct if c.util_pct is not none else '–' }}{% if c.util_pct is not none %} %{% endif %}</td><td class="num">{{ c.memory_used_mb|gib }}/{{ c.memory_total_mb|gib }}</td><td class="model">{{ c.name }}</td>"""  # noqa: E501
 )
 
 HOSTILE = "<script>alert('x')</script> & \"q\""
@@ -74,5 +74,29 @@ def test_hostile_values_are_escaped() -> None:
     card = _card(name=HOSTILE, uuid=HOSTILE, host_name=HOSTILE, holders=(HOSTILE,))
     html = str(gpu_rows([card], with_host=True))
     assert "<script>" not in html
-    assert html.count("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &#34;q&#34;") == 5
+    assert html.count("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &#34;q&#34;") == 4
     assert 'data-gpu="4f3c2a9e-0000-4000-8000-000000000001/&lt;script&gt;' in html
+
+
+GPU_CARD = templates.env.from_string(
+    """{% from "macros.html" import gpu_card %}{{ gpu_card(c) }}"""
+)
+BOOKED = {
+    "reserved_in_use": "Reserved, in use",
+    "reserved_idle": "Reserved, idle",
+    "reserved_conflict": "Reserved, someone else on it",
+}
+
+
+@pytest.mark.parametrize("availability", AVAILABILITIES)
+def test_only_a_booked_gpu_gets_an_availability_chip(availability: str) -> None:
+    """ "Free" or "In use" beside "Idle" or "Active" said nothing new: the chip is for a
+    booking in force; the card still carries the availability for scripts."""
+    row = gpu_row(_card(availability=availability), with_host=False)
+    card = GPU_CARD.render(c=_card(availability=availability))
+    assert f'data-availability="{availability}"' in card
+    for html in (row, card):
+        if availability in BOOKED:
+            assert f'<span class="avail avail-{availability}">{BOOKED[availability]}</span>' in html
+        else:
+            assert 'class="avail' not in html

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -47,6 +48,14 @@ async def test_statements_per_team_page_and_csv(app, client) -> None:
         assert "vision" in overview.text
         assert "No team" in overview.text
         assert f"{alice:.2f}" in overview.text
+        # A total row: every team's hours and money, in the currency's digits.
+        total = re.search(r'<tr id="teams-total">(.*?)</tr>', overview.text, re.S)
+        assert total, "no total row"
+        cells = re.findall(r'<td class="num">([^<]*)</td>', total.group(1))
+        held = {Decimal("3.00"): "2.00", Decimal("8.00"): "4.00", Decimal("11.00"): "6.00"}
+        assert cells[0] == held[alice + bob]  # GPU-hours (1 h costs 3.00 EUR, 2 h 8.00)
+        assert cells[2] == f"{alice + bob:.2f}"
+        assert cells[3] == f"{bob:.2f}"  # bob's hours were all idle-held
 
         page = await client.get("/w/stmt/statements", params={"month": month, "team": "vision"})
         assert page.status_code == 200, page.text

@@ -4,6 +4,9 @@
 // - [data-live-filters]: filter changes apply at once and stay in the address bar.
 // - [data-live-chart]: a small live utilization chart fed by the same JSON.
 // - [data-autosubmit], form[data-confirm]: small conveniences; everything works without JS.
+// - .table-scroll: a table wider than its box says so: its cut edge fades (data-more).
+// - select[data-kind-select]: shows only the form's fields (data-for-kinds) the chosen
+//   kind uses; without JS every field shows, each saying which kinds use it.
 "use strict";
 
 (function () {
@@ -19,6 +22,21 @@
     if (el.id) return "#" + CSS.escape(el.id);
     if (el.getAttribute("href")) return 'a[href="' + CSS.escape(el.getAttribute("href")) + '"]';
     return null;
+  }
+
+  // data-more on a table's scroll box: which of its edges hides columns ("right", "left",
+  // "both"), so the CSS fades that edge; absent when the whole table shows.
+  function markScroller(box) {
+    const hidden = box.scrollWidth - box.clientWidth;
+    const left = box.scrollLeft > 1;
+    const right = hidden - box.scrollLeft > 1;
+    const more = left && right ? "both" : left ? "left" : right ? "right" : "";
+    if (more) box.dataset.more = more;
+    else delete box.dataset.more;
+  }
+
+  function markScrollers(root) {
+    root.querySelectorAll(".table-scroll").forEach(markScroller);
   }
 
   function swapFragments(root, fragments) {
@@ -66,6 +84,7 @@
         etagFor = url;
         const data = await response.json();
         swapFragments(root, data.fragments || {});
+        markScrollers(root);
         root.dispatchEvent(new CustomEvent("board:update", { detail: data }));
         root.dataset.updatedAt = data.generatedAt || "";
       } catch (err) {
@@ -303,6 +322,17 @@
     });
   }
 
+  function startKindFields(select) {
+    const fields = select.form.querySelectorAll("[data-for-kinds]");
+    function show() {
+      fields.forEach(function (field) {
+        field.hidden = field.dataset.forKinds.split(" ").indexOf(select.value) < 0;
+      });
+    }
+    select.addEventListener("change", show);
+    show();
+  }
+
   onReady(function () {
     setInterval(tickDurations, 15000);
     document.querySelectorAll("[data-live]").forEach(function (root) {
@@ -315,6 +345,13 @@
     document.querySelectorAll("form[data-live-filters]").forEach(startFilters);
     document.querySelectorAll("[data-live-chart]").forEach(startLiveChart);
     document.querySelectorAll("table[data-sortable]").forEach(startSortable);
+    document.querySelectorAll("select[data-kind-select]").forEach(startKindFields);
+    markScrollers(document);
+    window.addEventListener("resize", function () { markScrollers(document); });
+    document.addEventListener("scroll", function (event) {
+      const box = event.target;
+      if (box instanceof Element && box.classList.contains("table-scroll")) markScroller(box);
+    }, true);
     document.querySelectorAll("select[data-autosubmit]").forEach(function (select) {
       select.addEventListener("change", function () { select.form.submit(); });
     });
