@@ -34,6 +34,7 @@ from board.auth.models import User, Workspace
 from board.directory import service as directory
 from board.directory.schemas import DirectoryEntryIn
 from board.money import service as money
+from board.money.corrections import CorrectionWindow
 from board.money.schemas import PricesIn
 from board.notices import service as notices
 from board.notices.schemas import ChannelIn
@@ -73,7 +74,8 @@ async def _context(session: AsyncSession, workspace: Workspace, email: str) -> W
 
 
 async def has_story(session: AsyncSession, admin: WorkspaceContext) -> bool:
-    return bool((await money.prices(session, admin)).prices)
+    # Only whether any price exists: the correction window does not matter here.
+    return bool((await money.prices(session, admin, CorrectionWindow.of_days(0))).prices)
 
 
 async def write_story(
@@ -127,7 +129,8 @@ async def write_story(
             ],
         }
     )
-    await money.put_prices(session, admin, prices)
+    window = CorrectionWindow.of_days(settings.price_correction_days)
+    await money.put_prices(session, admin, prices, window)
     return True
 
 
