@@ -12,6 +12,7 @@ from typing import Literal
 from fastapi import Depends, FastAPI
 from pydantic import BaseModel
 
+from board.apidocs import install_api_docs, install_openapi
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
 from board.audit.routes import router as audit_router
@@ -115,6 +116,9 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
         redirect_slashes=False,
+        # Served by install_api_docs from the board itself (no CDN), within its own CSP.
+        docs_url=None,
+        redoc_url=None,
         # Before any body is validated: no object wider than the board ever reads.
         dependencies=[Depends(refuse_wide_json_bodies)],
     )
@@ -156,7 +160,9 @@ def create_app(
     app.include_router(notices_router)
     app.include_router(metrics_router)
 
+    install_api_docs(app)  # its /static/apidocs mount before the pages' /static
     install_web(app)
+    install_openapi(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> Health:

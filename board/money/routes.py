@@ -9,6 +9,7 @@ from fastapi.responses import Response
 
 from board.auth.deps import AdminDep, ReaderDep
 from board.db.deps import SessionDep
+from board.errors import answers
 from board.money import service
 from board.money.focus import Account, prepare_focus
 from board.money.schemas import PricesIn, PricesOut
@@ -25,22 +26,32 @@ FOCUS_CSV: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/prices", response_model=PricesOut)
+@router.get("/prices", response_model=PricesOut, summary="GPU-hour prices")
 async def prices(ctx: ReaderDep, session: SessionDep) -> PricesOut:
     return await service.prices(session, ctx)
 
 
-@router.put("/prices", response_model=PricesOut)
+@router.put(
+    "/prices",
+    response_model=PricesOut,
+    summary="Replace the GPU-hour prices",
+    responses=answers(409, meaning={409: "The change would rewrite a price already in force."}),
+)
 async def put_prices(body: PricesIn, ctx: AdminDep, session: SessionDep) -> PricesOut:
     return await service.put_prices(session, ctx, body)
 
 
-@router.get("/reports/focus", response_class=Response, responses=FOCUS_CSV)
+@router.get(
+    "/reports/focus",
+    response_class=Response,
+    responses=FOCUS_CSV,
+    summary="Cost export (FOCUS 1.2 CSV)",
+)
 async def focus(
     ctx: ReaderDep,
     request: Request,
-    from_: Annotated[str | None, Query(alias="from")] = None,
-    to: Text = None,
+    from_: Annotated[str, Query(alias=params.FROM, min_length=1, description=params.BOUND_HELP)],
+    to: Annotated[str, Query(alias=params.TO, min_length=1, description=params.BOUND_HELP)],
     tz: Text = None,
 ) -> Response:
     """The window's held GPU-hours and their cost as a FOCUS 1.2 CSV (docs/money.md);
