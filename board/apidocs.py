@@ -149,7 +149,8 @@ def openapi_schema(app: FastAPI) -> dict[str, Any]:
                 continue
             _mark_checked_required(operation)
             responses = operation.setdefault("responses", {})
-            for status in refusals_of(route):
+            declared = {int(s) for s in responses if s.isdigit() and int(s) in ANSWERS}
+            for status in sorted(declared.union(refusals_of(route))):
                 general = _refusal(status)
                 own = responses.get(str(status), {})
                 if status == 422:

@@ -53,6 +53,18 @@ GZIP_MINIMUM_BYTES = 1024
 GZIP_LEVEL = 6
 
 
+API_DESCRIPTION = """\
+The board's REST API, for people and scripts, and the agent's (docs/agent-api.md).
+
+**Authentication**: `Authorization: Bearer <token>`. People use a personal API token
+(`gua_pat_…`: `gua-board create-user` prints the first, `POST /api/v1/me/api-tokens`
+issues more); a host's agent uses its agent token (`gua_agent_…`). Here, **Authorize**
+takes either and sends it with "Try it out".
+
+Every refusal is JSON with a readable `detail` sentence; a 422 may add `errors`.
+"""
+
+
 class Health(BaseModel):
     status: Literal["ok"]
 
@@ -114,6 +126,7 @@ def create_app(
     app = FastAPI(
         title="GUA Board",
         version="0.1.0",
+        description=API_DESCRIPTION,
         lifespan=lifespan,
         redirect_slashes=False,
         # Served by install_api_docs from the board itself (no CDN), within its own CSP.

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 from fastapi import Path as PathParam
+from starlette.convertors import Convertor, register_url_convertor
 
 from board.audit.deps import ClientAddressDep
 from board.audit.service import record
@@ -25,6 +26,24 @@ from board.workspaces.schemas import (
     SettingsPatch,
     WorkspaceSettings,
 )
+
+
+class MemberEmail(Convertor[str]):
+    """A member's email in a path, taken whole (an email may hold a "/"), never ending in
+    "/sign-out": that is the sign-out route's path (no email ends so: its domain follows
+    the "@"), so DELETE …/members/x/sign-out is a 405 rather than a removal of
+    "x/sign-out", as the OpenAPI says."""
+
+    regex = ".*(?<!/sign-out)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("member_email", MemberEmail())
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["workspaces"])
 me_router = APIRouter(prefix="/api/v1/me", tags=["me"])
@@ -86,7 +105,7 @@ async def add_member(
 
 
 @router.delete(
-    "/members/{email:path}",
+    "/members/{email:member_email}",
     status_code=204,
     response_class=Response,
     summary="Remove a member",
