@@ -17,7 +17,13 @@ from board.archives.upload import spool_body
 from board.archives.worker import Archives
 from board.auth.deps import ReaderDep
 from board.db.deps import PoolDep, SessionDep
-from board.errors import CHECKED_REQUIRED, DomainError, ServiceUnavailable, answers
+from board.errors import (
+    CHECKED_REQUIRED,
+    DomainError,
+    ServiceUnavailable,
+    answers,
+    explained_pattern,
+)
 from board.hosts.rejections import record_rejection
 from board.ingest.access import AgentAccess
 from board.ingest.deps import AccessDep, AgentTokenHeader
@@ -76,11 +82,19 @@ async def list_archives(
 
 # What the handler checks (after the token), as the OpenAPI states it.
 TABLE = {**CHECKED_REQUIRED, "enum": list(TABLES)}
-DAY = {**CHECKED_REQUIRED, "pattern": f"^([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}|{FULL})$"}
+DAY = {
+    **CHECKED_REQUIRED,
+    "pattern": explained_pattern(
+        f"^([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}|{FULL})$", f"must be YYYY-MM-DD or {FULL}"
+    ),
+}
 # 0 to 36500 (service.MAX_OLDER_THAN_DAYS), ASCII digits, leading zeros allowed.
 OLDER_THAN_DAYS = {
     **CHECKED_REQUIRED,
-    "pattern": "^0*([0-9]{1,4}|[12][0-9]{4}|3[0-5][0-9]{3}|36[0-4][0-9]{2}|36500)$",
+    "pattern": explained_pattern(
+        "^0*([0-9]{1,4}|[12][0-9]{4}|3[0-5][0-9]{3}|36[0-4][0-9]{2}|36500)$",
+        "must be a whole number of days from 0 to 36500",
+    ),
 }
 
 # The body is read by hand (spooled, bounded, checked to be gzip before it is parsed).

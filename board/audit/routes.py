@@ -12,7 +12,7 @@ from board.audit import service
 from board.audit.schemas import AuditLogPage
 from board.auth.deps import AdminDep
 from board.db.deps import SessionDep
-from board.errors import Unprocessable
+from board.errors import Unprocessable, explained_pattern
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["audit"])
 
@@ -38,7 +38,11 @@ def _digits_at_most(limit: int) -> str:
     return f"^({'|'.join([shorter, *same])})$"
 
 
-CURSOR = {"pattern": _digits_at_most(service.MAX_CURSOR)}
+CURSOR = {
+    "pattern": explained_pattern(
+        _digits_at_most(service.MAX_CURSOR), "must be the nextCursor of a previous page"
+    )
+}
 
 
 def parse_time(label: str, value: str | None) -> datetime | None:
