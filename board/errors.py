@@ -148,7 +148,7 @@ ANSWERS: dict[int, dict[str, Any]] = {
         "expired, or of another kind).",
         "headers": {
             "WWW-Authenticate": {
-                "description": "Bearer",
+                "description": "`Bearer`: the scheme to answer with.",
                 "schema": {"type": "string"},
             }
         },
