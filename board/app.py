@@ -12,6 +12,7 @@ from typing import Literal
 from fastapi import Depends, FastAPI
 from pydantic import BaseModel
 
+from board.apidocs import install_api_docs, install_openapi
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
 from board.audit.routes import router as audit_router
@@ -50,6 +51,18 @@ GZIP_MINIMUM_BYTES = 1024
 # zlib's default: the 2,400-GPU fleet page (1.1 MB) in ~8 ms to 48.7 KB, where level 9
 # (Starlette's default) took ~12 ms for 46.9 KB (docs/benchmarks.md, issue 14).
 GZIP_LEVEL = 6
+
+
+API_DESCRIPTION = """\
+The board's REST API, for people and scripts, and the agent's (docs/agent-api.md).
+
+**Authentication**: `Authorization: Bearer <token>`. People use a personal API token
+(`gua_pat_…`: `gua-board create-user` prints the first, `POST /api/v1/me/api-tokens`
+issues more); a host's agent uses its agent token (`gua_agent_…`). Here, **Authorize**
+takes either and sends it with "Try it out".
+
+Every refusal is JSON with a readable `detail` sentence; a 422 may add `errors`.
+"""
 
 
 class Health(BaseModel):
@@ -113,8 +126,12 @@ def create_app(
     app = FastAPI(
         title="GUA Board",
         version="0.1.0",
+        description=API_DESCRIPTION,
         lifespan=lifespan,
         redirect_slashes=False,
+        # Served by install_api_docs from the board itself (no CDN), within its own CSP.
+        docs_url=None,
+        redoc_url=None,
         # Before any body is validated: no object wider than the board ever reads.
         dependencies=[Depends(refuse_wide_json_bodies)],
     )
@@ -156,7 +173,9 @@ def create_app(
     app.include_router(notices_router)
     app.include_router(metrics_router)
 
+    install_api_docs(app)  # its /static/apidocs mount before the pages' /static
     install_web(app)
+    install_openapi(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> Health:

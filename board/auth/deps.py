@@ -6,7 +6,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Path, Request
+from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
+from fastapi.security.base import SecurityBase
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
@@ -15,7 +17,7 @@ from board.auth import tokens
 from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
 from board.auth.passwords import PasswordGate
 from board.db.deps import SessionDep
-from board.errors import Forbidden, NotFound, Unauthorized
+from board.errors import REFUSALS, Forbidden, NotFound, Unauthorized, refuses
 from board.settings import SettingsDep
 
 
@@ -55,10 +57,37 @@ class WorkspaceContext:
         return self.role in ("admin", "member")
 
 
+class BearerHeader(SecurityBase):
+    """The Authorization header as sent, declared in the OpenAPI as an HTTP bearer scheme
+    (so /docs, generated clients and API tools know to send one).
+
+    FastAPI's HTTPBearer would refuse a missing or malformed header itself; the board's
+    token checks read the header and say why in their own 401 sentence."""
+
+    def __init__(self, name: str, bearer_format: str, description: str) -> None:
+        self.model = HTTPBearerModel(bearerFormat=bearer_format, description=description)
+        self.scheme_name = name
+        REFUSALS[self] = (401,)  # whoever reads the header refuses a bad token with 401
+
+    async def __call__(self, connection: HTTPConnection) -> str | None:
+        return connection.headers.get("authorization")
+
+
+# A person's personal API token (gua_pat_…), scoped to one workspace.
+API_TOKEN = BearerHeader(
+    "apiToken",
+    "gua_pat",
+    "A personal API token (`gua_pat_…`), sent as `Authorization: Bearer gua_pat_…`. "
+    "`gua-board create-user` prints the first; `POST /api/v1/me/api-tokens` issues more.",
+)
+ApiTokenHeader = Annotated[str | None, Depends(API_TOKEN)]
+
+
+@refuses(401)
 async def token_context(
     session: SessionDep,
     address: ClientAddressDep,
-    authorization: Annotated[str | None, Header()] = None,
+    authorization: ApiTokenHeader = None,
 ) -> WorkspaceContext:
     """The membership a personal API token belongs to (a token is scoped to one workspace)."""
     secret = tokens.bearer(authorization)
@@ -93,6 +122,7 @@ async def token_context(
 TokenDep = Annotated[WorkspaceContext, Depends(token_context)]
 
 
+@refuses(404)
 async def workspace_context(ctx: TokenDep, slug: Annotated[str, Path()]) -> WorkspaceContext:
     """A personal API token, valid for the workspace in the URL; any other workspace is 404."""
     if ctx.workspace.slug != slug:
@@ -108,7 +138,7 @@ def _with_role(*roles: str) -> Callable[[WorkspaceContext], Awaitable[WorkspaceC
         ctx.require(*roles)
         return ctx
 
-    return check
+    return refuses(403)(check) if set(roles) != set(ROLES) else check
 
 
 # Roles in the signature (board-api.md's role table): reading a route's parameters tells

@@ -12,12 +12,14 @@ from board.directory.schemas import DirectoryEntryIn, DirectoryEntryOut, Directo
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/directory", tags=["directory"])
 
 
-@router.get("", response_model=DirectoryOut)
+@router.get("", response_model=DirectoryOut, summary="Linux users' members and teams")
 async def directory(ctx: ReaderDep, session: SessionDep) -> DirectoryOut:
     return DirectoryOut(entries=await service.entries(session, ctx.workspace_id))
 
 
-@router.put("/{linux_user}", response_model=DirectoryEntryOut)
+@router.put(
+    "/{linux_user}", response_model=DirectoryEntryOut, summary="Set a Linux user's member and team"
+)
 async def put_entry(
     linux_user: str, body: DirectoryEntryIn, ctx: AdminDep, session: SessionDep
 ) -> DirectoryEntryOut:

@@ -20,6 +20,7 @@ from board.enrollment.schemas import (
     IssueRequest,
     RevokedEnrollment,
 )
+from board.errors import answers
 from board.ingest.service import require_json
 from board.settings import SettingsDep
 
@@ -30,7 +31,13 @@ TOKENS = "/api/v1/workspaces/{slug}/enrollment-tokens"
 CLAIM_MAX_BYTES = 64 * 1024
 
 
-@router.post(TOKENS, status_code=201, response_model=IssuedEnrollment, tags=["enrollment"])
+@router.post(
+    TOKENS,
+    status_code=201,
+    response_model=IssuedEnrollment,
+    tags=["enrollment"],
+    summary="Issue an enrollment token",
+)
 async def issue(
     ctx: AdminDep,
     session: SessionDep,
@@ -57,14 +64,24 @@ async def issue(
     return issued
 
 
-@router.get(TOKENS, response_model=EnrollmentTokenList, tags=["enrollment"])
+@router.get(
+    TOKENS,
+    response_model=EnrollmentTokenList,
+    tags=["enrollment"],
+    summary="List enrollment tokens",
+)
 async def list_tokens(ctx: AdminDep, session: SessionDep) -> EnrollmentTokenList:
     return EnrollmentTokenList(
         enrollment_tokens=await service.list_tokens(session, ctx.workspace_id)
     )
 
 
-@router.delete(TOKENS + "/{token_prefix}", response_model=RevokedEnrollment, tags=["enrollment"])
+@router.delete(
+    TOKENS + "/{token_prefix}",
+    response_model=RevokedEnrollment,
+    tags=["enrollment"],
+    summary="Revoke an enrollment token",
+)
 async def revoke(
     token_prefix: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> RevokedEnrollment:
@@ -78,6 +95,12 @@ async def revoke(
     status_code=201,
     response_model=ClaimResponse,
     tags=["agent"],
+    summary="Enroll a host: trade an enrollment token for an agent token",
+    responses=answers(
+        401,
+        415,
+        meaning={401: "The enrollment token is unknown, expired, revoked or already used."},
+    ),
     # The body is read by hand (bounded before parsing), so /docs learns its shape here.
     openapi_extra={
         "requestBody": {

@@ -18,7 +18,7 @@ from board.hosts.search import MAX_QUERY_CHARS, SortKey
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/hosts", tags=["hosts"])
 
 
-@router.get("", response_model=HostListOut)
+@router.get("", response_model=HostListOut, summary="List hosts")
 async def list_hosts(
     ctx: ReaderDep,
     session: SessionDep,
@@ -30,12 +30,12 @@ async def list_hosts(
     return HostListOut(hosts=await service.list_hosts(session, ctx, q, sort))
 
 
-@router.get("/{host_id}", response_model=HostOut)
+@router.get("/{host_id}", response_model=HostOut, summary="One host")
 async def get_host(host_id: str, ctx: ReaderDep, session: SessionDep) -> HostOut:
     return await service.get_host(session, ctx, host_id)
 
 
-@router.post("/{host_id}/revoke", response_model=RevokedHostOut)
+@router.post("/{host_id}/revoke", response_model=RevokedHostOut, summary="Revoke a host")
 async def revoke_host(
     host_id: str,
     ctx: AdminDep,

@@ -9,6 +9,7 @@ from fastapi.responses import Response
 
 from board.auth.deps import AdminDep, ReaderDep
 from board.db.deps import SessionDep
+from board.errors import answers
 from board.money import price_edits, service
 from board.money.corrections import PriceWindowDep
 from board.money.focus import Account, prepare_focus
@@ -26,12 +27,20 @@ FOCUS_CSV: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/prices", response_model=PricesOut)
+@router.get("/prices", response_model=PricesOut, summary="GPU-hour prices")
 async def prices(ctx: ReaderDep, session: SessionDep, window: PriceWindowDep) -> PricesOut:
     return await service.prices(session, ctx, window)
 
 
-@router.put("/prices", response_model=PricesOut)
+_OUTSIDE_WINDOW = {409: "The change would touch a price past its correction window."}
+
+
+@router.put(
+    "/prices",
+    response_model=PricesOut,
+    summary="Replace the GPU-hour prices",
+    responses=answers(409, meaning=_OUTSIDE_WINDOW),
+)
 async def put_prices(
     body: PricesIn, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
 ) -> PricesOut:
@@ -42,7 +51,12 @@ async def put_prices(
 ONE_PRICE = "/prices/{valid_from}/{gpu_model:path}"
 
 
-@router.put(ONE_PRICE, response_model=PricesOut)
+@router.put(
+    ONE_PRICE,
+    response_model=PricesOut,
+    summary="Add one price, or correct it within its window",
+    responses=answers(409, meaning=_OUTSIDE_WINDOW),
+)
 async def put_price(
     valid_from: str,
     gpu_model: str,
@@ -56,7 +70,12 @@ async def put_price(
     return await price_edits.set_price(session, ctx, entry, window)
 
 
-@router.delete(ONE_PRICE, response_model=PricesOut)
+@router.delete(
+    ONE_PRICE,
+    response_model=PricesOut,
+    summary="Remove one price within its window",
+    responses=answers(409, meaning=_OUTSIDE_WINDOW),
+)
 async def delete_price(
     valid_from: str, gpu_model: str, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
 ) -> PricesOut:
@@ -65,12 +84,17 @@ async def delete_price(
     return await price_edits.remove_price(session, ctx, key.gpu_model, key.from_, window)
 
 
-@router.get("/reports/focus", response_class=Response, responses=FOCUS_CSV)
+@router.get(
+    "/reports/focus",
+    response_class=Response,
+    responses=FOCUS_CSV,
+    summary="Cost export (FOCUS 1.2 CSV)",
+)
 async def focus(
     ctx: ReaderDep,
     request: Request,
-    from_: Annotated[str | None, Query(alias="from")] = None,
-    to: Text = None,
+    from_: Annotated[str, Query(alias=params.FROM, min_length=1, description=params.BOUND_HELP)],
+    to: Annotated[str, Query(alias=params.TO, min_length=1, description=params.BOUND_HELP)],
     tz: Text = None,
 ) -> Response:
     """The window's held GPU-hours and their cost as a FOCUS 1.2 CSV (docs/money.md);

@@ -10,6 +10,7 @@ from board.audit.deps import ClientAddressDep
 from board.audit.service import record
 from board.auth.deps import AdminDep
 from board.db.deps import SessionDep
+from board.errors import answers
 from board.notices import service
 from board.notices.schemas import ChannelIn, ChannelList, CreatedChannel, DeliveryList, QueuedTest
 from board.settings import SettingsDep
@@ -19,7 +20,13 @@ router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["notices"])
 ChannelId = Annotated[str, Path(max_length=64)]
 
 
-@router.post("/notification-channels", status_code=201, response_model=CreatedChannel)
+@router.post(
+    "/notification-channels",
+    status_code=201,
+    response_model=CreatedChannel,
+    summary="Add a notification channel",
+    responses=answers(409, meaning={409: "The workspace has as many channels as it may."}),
+)
 async def create_channel(
     body: ChannelIn,
     ctx: AdminDep,
@@ -40,12 +47,16 @@ async def create_channel(
     return created
 
 
-@router.get("/notification-channels", response_model=ChannelList)
+@router.get(
+    "/notification-channels", response_model=ChannelList, summary="List notification channels"
+)
 async def list_channels(ctx: AdminDep, session: SessionDep) -> ChannelList:
     return ChannelList(channels=await service.list_channels(session, ctx.workspace_id))
 
 
-@router.delete("/notification-channels/{channel_id}", status_code=204)
+@router.delete(
+    "/notification-channels/{channel_id}", status_code=204, summary="Remove a notification channel"
+)
 async def remove_channel(
     channel_id: ChannelId, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> Response:
@@ -59,6 +70,7 @@ async def remove_channel(
     "/notification-channels/{channel_id}/test",
     status_code=202,
     response_model=QueuedTest,
+    summary="Send a test notice",
     responses={429: {"description": "The channel's or the workspace's test notices for now."}},
 )
 async def send_test_notice(
@@ -74,7 +86,7 @@ async def send_test_notice(
     return queued
 
 
-@router.get("/notifications", response_model=DeliveryList)
+@router.get("/notifications", response_model=DeliveryList, summary="List notice deliveries")
 async def list_deliveries(
     ctx: AdminDep,
     session: SessionDep,
@@ -85,7 +97,12 @@ async def list_deliveries(
     )
 
 
-@router.post("/notifications/{delivery_id}/retry", status_code=204)
+@router.post(
+    "/notifications/{delivery_id}/retry",
+    status_code=204,
+    summary="Retry a failed delivery",
+    responses=answers(409, meaning={409: "Only a failed delivery can be retried."}),
+)
 async def retry_delivery(
     delivery_id: Annotated[int, Path(ge=1, le=2**62)],
     ctx: AdminDep,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cached_property
 
-from board.errors import Unprocessable
+from board.errors import Unprocessable, explained_missing
 from board.zones import iana_zone
 
 MAX_WINDOW_DAYS = 400
@@ -163,14 +163,28 @@ def parse_zone(name: str | None) -> tuple[str, zoneinfo.ZoneInfo]:
         ) from None
 
 
+def _required(label: str) -> str:
+    return (
+        f"{label} is required: a date (2026-11-01) or a time on a whole hour "
+        "(2026-11-01T06:00:00Z)."
+    )
+
+
+# A report has no default window: `from` and `to` are required query parameters (routes
+# declare them so), and a request without one gets this sentence.
+FROM = explained_missing("from", _required("from"))
+TO = explained_missing("to", _required("to"))
+BOUND_HELP = (
+    "A date (its day's first hour in the report's zone) or a time with a UTC offset on a "
+    "whole UTC hour; the window is [from, to), at most 400 days."
+)
+
+
 def parse_bound(label: str, value: str | None, tz_name: str, tz: zoneinfo.ZoneInfo) -> datetime:
     """A date (its first hour in tz: Window.day_start) or a time with an offset on a
     whole UTC hour, as UTC."""
     if value is None or value.strip() == "":
-        raise Unprocessable(
-            f"{label} is required: a date (2026-11-01) or a time on a whole hour "
-            "(2026-11-01T06:00:00Z)."
-        )
+        raise Unprocessable(_required(label))
     value = value.strip()
     if _DATE.match(value):
         try:

@@ -57,12 +57,17 @@ async def _respond(
     )
 
 
-@router.get("/usage", response_model=UsageReportOut, responses=CSV_ALTERNATIVE)
+@router.get(
+    "/usage",
+    response_model=UsageReportOut,
+    responses=CSV_ALTERNATIVE,
+    summary="GPU-hours held, by person, team, host, GPU or day",
+)
 async def usage(
     ctx: ReaderDep,
     request: Request,
-    from_: Annotated[str | None, Query(alias="from")] = None,
-    to: Text = None,
+    from_: Annotated[str, Query(alias=params.FROM, min_length=1, description=params.BOUND_HELP)],
+    to: Annotated[str, Query(alias=params.TO, min_length=1, description=params.BOUND_HELP)],
     group_by: Annotated[str | None, Query(alias="groupBy")] = None,
     tz: Text = None,
     fmt: Annotated[str | None, Query(alias="format")] = None,
@@ -75,12 +80,17 @@ async def usage(
     return await _respond(request, ctx, "usage", window, chosen_format, conn, prepared)
 
 
-@router.get("/utilization", response_model=UtilizationReportOut, responses=CSV_ALTERNATIVE)
+@router.get(
+    "/utilization",
+    response_model=UtilizationReportOut,
+    responses=CSV_ALTERNATIVE,
+    summary="Utilization by host or GPU, per hour or day",
+)
 async def utilization(
     ctx: ReaderDep,
     request: Request,
-    from_: Annotated[str | None, Query(alias="from")] = None,
-    to: Text = None,
+    from_: Annotated[str, Query(alias=params.FROM, min_length=1, description=params.BOUND_HELP)],
+    to: Annotated[str, Query(alias=params.TO, min_length=1, description=params.BOUND_HELP)],
     group_by: Annotated[str | None, Query(alias="groupBy")] = None,
     bucket: Text = None,
     tz: Text = None,

@@ -11,7 +11,8 @@ from fastapi import APIRouter, Query, Request, Response
 from board.auth.deps import MemberDep, ReaderDep
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
-from board.errors import Unprocessable
+from board.errors import Unprocessable, answers
+from board.reports import params
 from board.reports.slots import report_slot
 from board.reservations import feed, queries, report, service
 from board.reservations.calendar import ics
@@ -31,13 +32,29 @@ router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["reservations"])
 # the query, never in the path (the access log writes paths).
 calendar_router = APIRouter(tags=["reservations"])
 Text = Annotated[str | None, Query(max_length=200)]
+CALENDAR: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/calendar": {"schema": {"type": "string"}}}},
+}
+BOOKING_CONFLICT = answers(
+    409,
+    meaning={
+        409: "Those GPUs are booked for part of that time, or the host, the member or the "
+        "booking changed meanwhile."
+    },
+)
 CSV_ALTERNATIVE: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
     429: {"description": "The workspace's reports are all running; see Retry-After."},
 }
 
 
-@router.post("/reservations", status_code=201, response_model=ReservationCreated)
+@router.post(
+    "/reservations",
+    status_code=201,
+    response_model=ReservationCreated,
+    summary="Book GPUs",
+    responses=BOOKING_CONFLICT,
+)
 async def book(body: ReservationIn, ctx: MemberDep, session: SessionDep) -> ReservationCreated:
     """Book GPUs; `warnings` names each one someone else is on now, if it starts soon."""
     return await service.create(session, ctx, body)
@@ -60,7 +77,7 @@ async def _listed(
     return await queries.list_reservations(session, workspace_id, start, end, host_id, member_email)
 
 
-@router.get("/reservations", response_model=ReservationList)
+@router.get("/reservations", response_model=ReservationList, summary="List bookings")
 async def list_reservations(
     ctx: ReaderDep,
     session: SessionDep,
@@ -73,7 +90,12 @@ async def list_reservations(
     return ReservationList(reservations=listed)
 
 
-@router.get("/reservations.ics", response_class=Response)
+@router.get(
+    "/reservations.ics",
+    response_class=Response,
+    responses=CALENDAR,
+    summary="Bookings as an iCalendar feed",
+)
 async def calendar_feed(
     ctx: ReaderDep,
     session: SessionDep,
@@ -87,33 +109,47 @@ async def calendar_feed(
     return Response(ics(ctx.workspace.slug, names, listed), media_type="text/calendar")
 
 
-@router.get("/reservations/{reservation_id}", response_model=ReservationOut)
+@router.get("/reservations/{reservation_id}", response_model=ReservationOut, summary="One booking")
 async def one(reservation_id: str, ctx: ReaderDep, session: SessionDep) -> ReservationOut:
     conn = await report_connection(session)
     return (await queries.get(conn, ctx.workspace_id, reservation_id)).shown
 
 
-@router.patch("/reservations/{reservation_id}", response_model=ReservationOut)
+@router.patch(
+    "/reservations/{reservation_id}",
+    response_model=ReservationOut,
+    summary="Move or change a booking",
+    responses=BOOKING_CONFLICT,
+)
 async def move(
     reservation_id: str, body: ReservationPatch, ctx: MemberDep, session: SessionDep
 ) -> ReservationOut:
     return await service.update(session, ctx, reservation_id, body)
 
 
-@router.delete("/reservations/{reservation_id}", status_code=204, response_class=Response)
+@router.delete(
+    "/reservations/{reservation_id}",
+    status_code=204,
+    response_class=Response,
+    summary="Cancel a booking",
+    responses=answers(409, meaning={409: "The booking is over already."}),
+)
 async def cancel(reservation_id: str, ctx: MemberDep, session: SessionDep) -> Response:
     await service.cancel(session, ctx, reservation_id)
     return Response(status_code=204)
 
 
 @router.get(
-    "/reports/reservations", response_model=report.ReservationReportOut, responses=CSV_ALTERNATIVE
+    "/reports/reservations",
+    response_model=report.ReservationReportOut,
+    responses=CSV_ALTERNATIVE,
+    summary="Booked and used GPU-hours",
 )
 async def reservations_report(
     ctx: ReaderDep,
     request: Request,
-    from_: Annotated[str | None, Query(alias="from")] = None,
-    to: Text = None,
+    from_: Annotated[str, Query(alias=params.FROM, min_length=1, description=params.BOUND_HELP)],
+    to: Annotated[str, Query(alias=params.TO, min_length=1, description=params.BOUND_HELP)],
     group_by: Annotated[str | None, Query(alias="groupBy")] = None,
     tz: Text = None,
     fmt: Annotated[str | None, Query(alias="format")] = None,
@@ -134,7 +170,12 @@ async def reservations_report(
     return Response(built.json(), media_type="application/json")
 
 
-@router.post("/calendar-feed", status_code=201, response_model=CalendarFeedOut)
+@router.post(
+    "/calendar-feed",
+    status_code=201,
+    response_model=CalendarFeedOut,
+    summary="A new secret calendar feed URL",
+)
 async def new_calendar_feed(
     request: Request, ctx: ReaderDep, session: SessionDep, settings: SettingsDep
 ) -> CalendarFeedOut:
@@ -145,13 +186,23 @@ async def new_calendar_feed(
     return CalendarFeedOut(feed_url=f"{base}{feed.FEED_PATH}?{query}", token_prefix=issued.prefix)
 
 
-@router.delete("/calendar-feed", status_code=204, response_class=Response)
+@router.delete(
+    "/calendar-feed",
+    status_code=204,
+    response_class=Response,
+    summary="Revoke your calendar feed URL",
+)
 async def revoke_calendar_feed(ctx: ReaderDep, session: SessionDep) -> Response:
     await feed.revoke(session, ctx)
     return Response(status_code=204)
 
 
-@calendar_router.get(feed.FEED_PATH, response_class=Response)
+@calendar_router.get(
+    feed.FEED_PATH,
+    response_class=Response,
+    summary="Bookings by secret feed URL (no Authorization header)",
+    responses={**CALENDAR, **answers(404, meaning={404: "No such calendar feed."})},
+)
 async def secret_calendar_feed(
     session: SessionDep,
     token: Annotated[str, Query(max_length=feed.MAX_TOKEN_CHARS)] = "",

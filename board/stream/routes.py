@@ -10,10 +10,10 @@ import uuid
 from contextlib import suppress
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from board.auth.deps import MemberDep, WorkspaceContext, token_context
+from board.auth.deps import ApiTokenHeader, MemberDep, WorkspaceContext, token_context
 from board.db.deps import SessionDep, SessionMakerDep
 from board.errors import DomainError, Unauthorized, Unprocessable
 from board.hosts.service import get_host_row
@@ -21,7 +21,7 @@ from board.ingest.access import AgentAccess, AgentHost, HostWatch
 from board.ingest.deps import AccessDep
 from board.stream.hub import HubDep, Sample
 from board.stream.messages import parse_util
-from board.stream.schemas import LatestSample, StreamLatest
+from board.stream.schemas import LatestSample, StreamLatest, event_stream_schema
 from board.stream.sse import sse_response
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,8 @@ def _stream_host(host_id: str | None) -> str | None:
 @api_router.get(
     "",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+    summary="Live utilization (Server-Sent Events)",
+    responses={200: {"content": {"text/event-stream": event_stream_schema()}}},
 )
 async def workspace_stream(
     ctx: MemberDep,
@@ -156,7 +157,7 @@ async def workspace_stream(
     sessions: SessionMakerDep,
     hub: HubDep,
     hostId: Annotated[str | None, Query()] = None,  # the API's camelCase
-    authorization: Annotated[str | None, Header()] = None,
+    authorization: ApiTokenHeader = None,
 ) -> StreamingResponse:
     """Live utilization of the workspace's hosts (or one), as Server-Sent Events.
 
@@ -180,7 +181,7 @@ async def workspace_stream(
     return sse_response(hub, ctx.workspace_id, host_id, still_allowed)
 
 
-@api_router.get("/latest")
+@api_router.get("/latest", summary="Each host's newest live sample")
 async def latest(ctx: MemberDep, hub: HubDep) -> StreamLatest:
     """Which hosts streamed lately and their newest sample (else: use the snapshots)."""
     newest: dict[str, Sample] = {}

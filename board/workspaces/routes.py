@@ -7,12 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
 from fastapi import Path as PathParam
+from starlette.convertors import Convertor, register_url_convertor
 
 from board.audit.deps import ClientAddressDep
 from board.audit.service import record
 from board.auth import web_sessions
 from board.auth.deps import AdminDep, PasswordGateDep, ReaderDep, TokenDep
 from board.db.deps import SessionDep
+from board.errors import answers
 from board.workspaces import service
 from board.workspaces.schemas import (
     AddedMember,
@@ -25,16 +27,45 @@ from board.workspaces.schemas import (
     WorkspaceSettings,
 )
 
+
+class MemberEmail(Convertor[str]):
+    """A member's email in a path, taken whole (an email may hold a "/"), never ending in
+    "/sign-out": that is the sign-out route's path (no email ends so: its domain follows
+    the "@"), so DELETE …/members/x/sign-out is a 405 rather than a removal of
+    "x/sign-out", as the OpenAPI says."""
+
+    regex = ".*(?<!/sign-out)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("member_email", MemberEmail())
+
 router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["workspaces"])
 me_router = APIRouter(prefix="/api/v1/me", tags=["me"])
 
 
-@router.get("/settings", response_model=WorkspaceSettings)
+@router.get("/settings", response_model=WorkspaceSettings, summary="Workspace settings")
 async def get_settings(ctx: ReaderDep) -> WorkspaceSettings:
     return service.settings_of(ctx.workspace)
 
 
-@router.patch("/settings", response_model=WorkspaceSettings)
+@router.patch(
+    "/settings",
+    response_model=WorkspaceSettings,
+    summary="Change workspace settings",
+    responses=answers(
+        409,
+        meaning={
+            409: "maxSampleGapSeconds keeps too many dated values, or its new date reaches "
+            "hours whose raw samples are gone."
+        },
+    ),
+)
 async def patch_settings(
     ctx: AdminDep, session: SessionDep, patch: SettingsPatch, address: ClientAddressDep
 ) -> WorkspaceSettings:
@@ -45,12 +76,18 @@ async def patch_settings(
     return service.settings_of(workspace)
 
 
-@router.get("/members", response_model=MemberList)
+@router.get("/members", response_model=MemberList, summary="List members")
 async def list_members(ctx: AdminDep, session: SessionDep) -> MemberList:
     return MemberList(members=await service.list_members(session, ctx.workspace_id))
 
 
-@router.post("/members", status_code=201, response_model=AddedMember)
+@router.post(
+    "/members",
+    status_code=201,
+    response_model=AddedMember,
+    summary="Add a member, or change a member's role",
+    responses=answers(409, meaning={409: "That would leave the workspace without an admin."}),
+)
 async def add_member(
     ctx: AdminDep,
     session: SessionDep,
@@ -67,7 +104,13 @@ async def add_member(
     return member.shown()
 
 
-@router.delete("/members/{email:path}", status_code=204, response_class=Response)
+@router.delete(
+    "/members/{email:member_email}",
+    status_code=204,
+    response_class=Response,
+    summary="Remove a member",
+    responses=answers(409, meaning={409: "That would leave the workspace without an admin."}),
+)
 async def remove_member(
     email: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> Response:
@@ -80,7 +123,12 @@ async def remove_member(
     return Response(status_code=204)
 
 
-@router.post("/members/{email:path}/sign-out", status_code=204, response_class=Response)
+@router.post(
+    "/members/{email:path}/sign-out",
+    status_code=204,
+    response_class=Response,
+    summary="Sign a member out of every browser",
+)
 async def sign_out_member(
     email: str, ctx: AdminDep, session: SessionDep, address: ClientAddressDep
 ) -> Response:
@@ -100,14 +148,20 @@ async def sign_out_member(
     return Response(status_code=204)
 
 
-@me_router.get("/api-tokens", response_model=MyApiTokens)
+@me_router.get("/api-tokens", response_model=MyApiTokens, summary="Your API tokens")
 async def my_tokens(ctx: TokenDep, session: SessionDep) -> MyApiTokens:
     """The caller's personal API tokens in the token's workspace; never a secret."""
     found = await service.list_api_tokens(session, ctx.workspace_id, ctx.user_id)
     return MyApiTokens(workspace=ctx.workspace.slug, api_tokens=found)
 
 
-@me_router.post("/api-tokens", status_code=201, response_model=IssuedApiToken)
+@me_router.post(
+    "/api-tokens",
+    status_code=201,
+    response_model=IssuedApiToken,
+    summary="Issue another API token",
+    responses=answers(409, meaning={409: "You have as many API tokens as you may."}),
+)
 async def issue_my_token(
     ctx: TokenDep,
     session: SessionDep,
@@ -143,7 +197,13 @@ async def issue_my_token(
     )
 
 
-@me_router.delete("/api-tokens/{token_prefix}", status_code=204, response_class=Response)
+@me_router.delete(
+    "/api-tokens/{token_prefix}",
+    status_code=204,
+    response_class=Response,
+    summary="Revoke one of your API tokens",
+    responses=answers(404, meaning={404: "No such API token of yours."}),
+)
 async def revoke_my_token(
     token_prefix: Annotated[str, PathParam(max_length=64)],
     ctx: TokenDep,
