@@ -92,7 +92,7 @@ async def prepare(url: str) -> str:
     import psycopg
 
     from board.db.engine import make_engine, make_sessionmaker
-    from board.partitions.maintenance import run_maintenance
+    from board.observations.maintenance import run_maintenance
     from board.workspaces import service
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:

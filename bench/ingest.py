@@ -388,7 +388,7 @@ def _pg_procs(database_url: str | None) -> dict[int, Any]:
 async def prepare_database(url: str) -> str:
     """Partitions, a workspace and its admin; the admin's personal API token."""
     from board.db.engine import make_engine, make_sessionmaker
-    from board.partitions.maintenance import run_maintenance
+    from board.observations.maintenance import run_maintenance
     from board.settings import Settings
     from board.workspaces import service
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import enroll_in_process, scratch_database  # noqa: E402
 from board.app import create_app  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
-from board.partitions.maintenance import run_maintenance  # noqa: E402
+from board.observations.maintenance import run_maintenance  # noqa: E402
 from board.rollups.daily import refresh_day_rollups  # noqa: E402
 from board.settings import Settings  # noqa: E402
 from board.workspaces import service as workspaces  # noqa: E402

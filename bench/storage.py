@@ -10,7 +10,7 @@ in-process), on a closed UTC day (two days ago), values that move as real ones d
 
 - bytes of the raw tables (heap, indexes, TOAST; every partition) after VACUUM, less
   those of the empty schema: "hot";
-- compaction of the closed days (board.partitions.compaction, when the code has it),
+- compaction of the closed days (board.observations.compaction, when the code has it),
   timed, then the bytes again: "compacted";
 - each raw reader `--repeat` times, p50 and p90 in ms: a late point's neighbours, the
   ticks of stored points, a rebuild's read of an hour and of a day, the newest state of
@@ -44,10 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import enroll_in_process, scratch_database, server_url, with_database  # noqa: E402
 from board.app import create_app  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
-from board.hosts.history import recent_averages  # noqa: E402
-from board.hosts.latest import newest_gpus  # noqa: E402
+from board.fleet.history import recent_averages  # noqa: E402
+from board.fleet.latest import newest_gpus  # noqa: E402
 from board.ingest.history import RawKey, load_ticks, neighbourhoods  # noqa: E402
-from board.partitions.maintenance import run_maintenance  # noqa: E402
+from board.observations.maintenance import run_maintenance  # noqa: E402
 from board.rollups.rebuild import host_ticks  # noqa: E402
 from board.settings import Settings  # noqa: E402
 from board.workspaces import service as workspaces  # noqa: E402
@@ -193,7 +193,7 @@ def raw_bytes(url: str) -> dict[str, int]:
 
 async def compact(url: str) -> tuple[float, str]:
     try:
-        from board.partitions.compaction import compact_closed_days
+        from board.observations.compaction import compact_closed_days
     except ImportError:
         return 0.0, "no compaction in this code"
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:

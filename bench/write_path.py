@@ -35,7 +35,7 @@ from board.db.migrate import upgrade  # noqa: E402
 from board.ingest.normalize import Observation  # noqa: E402
 from board.ingest.schemas import SnapshotIn  # noqa: E402
 from board.ingest.store import GpuInfo, GpuKey, store_batch  # noqa: E402
-from board.partitions.maintenance import run_maintenance  # noqa: E402
+from board.observations.maintenance import run_maintenance  # noqa: E402
 
 
 def backend_cpu(pid: int) -> float:

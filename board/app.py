@@ -22,6 +22,8 @@ from board.directory.routes import router as directory_router
 from board.edge import BaselineHeadersMiddleware, NegotiatedGZipMiddleware, RequestGuardMiddleware
 from board.enrollment.routes import router as enrollment_router
 from board.errors import ServiceUnavailable, install_error_handlers
+from board.fleet.routes import router as fleet_router
+from board.hosts.freshness_metric import HostFreshness
 from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware
 from board.ingest.routes import router as ingest_router
@@ -136,6 +138,8 @@ def create_app(
         dependencies=[Depends(refuse_wide_json_bodies)],
     )
     install_error_handlers(app)
+    # Metrics the kit's /metrics computes from the domains' tables when scraped.
+    app.state.scrape_time_families = [HostFreshness()]
     # Pages, their JSON and reports compressed for browsers that ask (a 2,400-GPU fleet
     # page is ~10x smaller); Server-Sent Events are never buffered (excluded by type).
     app.add_middleware(
@@ -160,6 +164,7 @@ def create_app(
     app.include_router(archives_api_router)
     app.include_router(stream_agent_router)
     app.include_router(stream_api_router)
+    app.include_router(fleet_router)
     app.include_router(hosts_router)
     app.include_router(enrollment_router)
     app.include_router(workspaces_router)

@@ -1,6 +1,6 @@
 """The server's maintenance schedule: at start and then every interval.
 
-Each run creates and drops raw partitions (board.partitions), deletes expired rollup
+Each run creates and drops raw partitions (board.observations), deletes expired rollup
 hours and audit events (board.audit), never younger than the operator's floor
 (min_retention_days) whatever a workspace sets, and recomputes dirty day rollups (board.rollups).
 It lives above them so that none has to import another.
@@ -27,8 +27,9 @@ from board.audit.service import delete_expired as drop_expired_audit_events
 from board.db.urls import libpq_url
 from board.errors import as_unavailable
 from board.metrics.registry import maintenance_failures, maintenance_leader, maintenance_runs
-from board.partitions.compaction import compact_closed_days
-from board.partitions.maintenance import run_maintenance
+from board.observations.compaction import compact_closed_days
+from board.observations.maintenance import run_maintenance
+from board.reports.bodies import forget_bodies_of_days
 from board.rollups.daily import refresh_day_rollups
 from board.rollups.retention import drop_expired_rollups
 from board.settings import Settings
@@ -76,7 +77,7 @@ async def maintain_once(process: MaintainedProcess) -> None:
             floor = process.settings.min_retention_days
             await drop_expired_rollups(conn, min_days=floor)
             await drop_expired_audit_events(conn, min_days=floor)
-            await refresh_day_rollups(conn)
+            await refresh_day_rollups(conn, on_days_refreshed=forget_bodies_of_days)
         finally:
             await conn.set_autocommit(False)
     # The ingest writer remembers which days have partitions; some may be gone now.

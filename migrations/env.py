@@ -31,12 +31,12 @@ def _url() -> str:
 
 
 # Made by the migration "compact raw history" alone: its column of a composite type is
-# beyond SQLAlchemy's reflection (board/ingest/tables.py).
+# beyond SQLAlchemy's reflection (board/observations/tables.py).
 _OUTSIDE_METADATA = {"observation_hours"}
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
-    # Daily partition children are made at run time by board.partitions.
+    # Daily partition children are made at run time by board.observations.
     if type_ == "table" and name is not None:
         return not (_PARTITION_NAME.search(name) or name in _OUTSIDE_METADATA)
     return True

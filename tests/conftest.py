@@ -70,7 +70,7 @@ def template_db(pg_admin_url: str, worker_tag: str) -> Iterator[str]:
     import asyncio
 
     from board.db.migrate import upgrade
-    from board.partitions.maintenance import run_maintenance
+    from board.observations.maintenance import run_maintenance
 
     name = f"gua_tpl_{worker_tag}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:

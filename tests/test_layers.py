@@ -1,24 +1,43 @@
 """The import structure of `board/`, computed from the source: layers, one way, no cycle.
 
-kit (db, auth, errors, settings, httpserver, edge, jsonbodies, logs, metrics)
-  <  domains (hosts, ingest, …)
+kit (db, errors, settings, httpserver, edge, jsonbodies, logs, metrics, readmodels, zones,
+     apidocs)
+  <  domains (auth, hosts, observations, ingest, rollups, …)
   <  runtime (the composition root), maintenance (the schedule)  <  web (pages)
   <  app, cli, demo, metadata (entry points)
 
 A module may import from its own layer's other packages only if that adds no cycle, and
 from the layers below it, never above. Only module-level imports count; an import inside
 a function (the CLI's lazy imports) is still an import, and is counted too.
+
+SQL counts like an import: each table belongs to the one package that declares it, and
+a package may name in SQL (FROM, JOIN, UPDATE, INTO, …) only its own tables and those of
+packages it may import, i.e. naming one adds an edge that must run down the layers and
+close no cycle. The kit declares and names no table.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
 BOARD = Path(__file__).resolve().parents[1] / "board"
 
-KIT = {"db", "auth", "errors", "settings", "httpserver", "edge", "jsonbodies", "logs", "metrics"}
+KIT = {
+    "db",
+    "errors",
+    "settings",
+    "httpserver",
+    "edge",
+    "jsonbodies",
+    "logs",
+    "metrics",
+    "readmodels",
+    "zones",
+    "apidocs",
+}
 ENTRY = {"app", "cli", "demo", "demo_history", "demo_hosts", "demo_story", "metadata"}
 # runtime builds the domains' parts; maintenance schedules partitions and rollups.
 LAYER_OF_SPECIAL = {"runtime": 2, "maintenance": 2, "web": 3}
@@ -61,6 +80,72 @@ def imports() -> dict[tuple[str, str], list[str]]:
                 if target != source:
                     found[(source, target)].append(
                         f"{path.relative_to(BOARD.parent)}:{node.lineno}"
+                    )
+    return found
+
+
+def owned_tables() -> dict[str, str]:
+    """Table (or view, function, type) name -> the board node that declares it: an ORM
+    model's `__tablename__`, a Core `Table("name", …)`, or a module's `OWNED_RELATIONS`
+    (what a migration makes outside the metadata)."""
+    owner: dict[str, str] = {}
+    for path in sorted(BOARD.rglob("*.py")):
+        node_name = node_of(path)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                if isinstance(target, ast.Name) and target.id == "__tablename__":
+                    names = [ast.literal_eval(node.value)]
+                elif isinstance(target, ast.Name) and target.id == "OWNED_RELATIONS":
+                    names = list(ast.literal_eval(node.value))
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "Table"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                names = [node.args[0].value]
+            for name in names:
+                assert name not in owner, f"{name} is declared by {owner[name]} and {node_name}"
+                owner[name] = node_name
+    return owner
+
+
+_SQL_NAME = re.compile(
+    r"\b(?:FROM|JOIN|UPDATE|INTO|TABLE|TRUNCATE|ONLY|REFERENCES)\s+([a-z_][a-z0-9_]*)"
+    r"|\b([a-z_][a-z0-9_]*)\s*\("
+)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+
+
+def sql_references() -> dict[tuple[str, str], list[str]]:
+    """(naming node, owning node) -> where, for every table another node's SQL names
+    (a function or view of OWNED_RELATIONS also when called: `raw_observations(…)`)."""
+    owner = owned_tables()
+    found: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted(BOARD.rglob("*.py")):
+        source = node_of(path)
+        tree = ast.parse(path.read_text(), str(path))
+        prose = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+                continue
+            if id(node) in prose:
+                continue
+            for match in _SQL_NAME.finditer(node.value):
+                table = match.group(1) or match.group(2)
+                if table in owner and owner[table] != source:
+                    found[(source, owner[table])].append(
+                        f"{path.relative_to(BOARD.parent)}:{node.lineno} {table}"
                     )
     return found
 
@@ -121,6 +206,38 @@ def test_imports_run_down_the_layers() -> None:
         if layer(b) > layer(a)
     ]
     assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
+
+
+def test_the_kit_declares_and_names_no_table() -> None:
+    owner = owned_tables()
+    declared = sorted(f"{table} ({node})" for table, node in owner.items() if node in KIT)
+    named = [
+        f"{a} names {b}'s tables: {', '.join(where[:3])}"
+        for (a, b), where in sorted(sql_references().items())
+        if a in KIT
+    ]
+    assert not declared, f"tables declared in the kit: {declared}"
+    assert not named, "\n".join(named)
+
+
+def test_sql_names_only_tables_of_packages_it_may_import() -> None:
+    """A table named in SQL is an edge to its owner: down the layers, and no cycle with
+    the imports. The owner publishes a function (or a view) for everyone else."""
+    named = sql_references()
+    edges = set(imports()) | set(named)
+    upward = [
+        f"{a} (layer {layer(a)}) names {b}'s tables (layer {layer(b)}): {', '.join(w[:3])}"
+        for (a, b), w in sorted(named.items())
+        if layer(b) > layer(a)
+    ]
+    looped = [
+        f"{a} names {b}'s tables, and {b} reaches {a}: {', '.join(named[(a, b)][:3])}"
+        for loop in cycles(edges)
+        for (a, b) in sorted(named)
+        if a in loop and b in loop
+    ]
+    assert not upward, "\n".join(upward)
+    assert not looped, "\n".join(looped)
 
 
 def test_a_route_module_never_imports_another() -> None:

@@ -182,8 +182,8 @@ def partitions(_: argparse.Namespace) -> int:
     import psycopg
 
     from board.db.urls import libpq_url
-    from board.partitions.compaction import CompactionResult, compact_closed_days
-    from board.partitions.maintenance import MaintenanceResult, run_maintenance
+    from board.observations.compaction import CompactionResult, compact_closed_days
+    from board.observations.maintenance import MaintenanceResult, run_maintenance
 
     settings = _settings()
     url = libpq_url(resolve_database_url(settings))

@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
-from board.db.locks import lock_hosts
 from board.db.pgtext import int_array
+from board.hosts.locks import lock_hosts
 from board.ingest.access import HostKey
 from board.rollups.gaps import SCHEDULE_COLUMNS, GapSchedule
 

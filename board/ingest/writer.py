@@ -29,7 +29,7 @@ from board.ingest.gpuids import GpuInfo, GpuKey, TooManyGpus
 from board.ingest.normalize import Observation
 from board.ingest.store import Outcome, store_batch
 from board.metrics.registry import ingest_batch_size, ingest_commit_seconds
-from board.partitions.maintenance import create_days, existing_partitions
+from board.observations.maintenance import create_days, existing_partitions
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,7 @@
 
 `registry` defines every metric object (import them from there); `exposition` renders
 `/metrics` (one process, or every worker's files under PROMETHEUS_MULTIPROC_DIR);
-`http` times the report routes; `freshness` counts hosts by freshness at scrape time.
+`http` times the report routes; metrics computed at scrape time come from the domains
+(`app.state.scrape_time_families`, e.g. board.hosts.freshness_metric).
 No label ever names a workspace, a host or a person.
 """

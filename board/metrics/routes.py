@@ -12,18 +12,27 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+from typing import Any, Protocol
 
 from fastapi import APIRouter, Request, Response
+from prometheus_client.core import Metric
+from psycopg_pool import AsyncConnectionPool
 
 from board.db.deps import PoolDep
 from board.errors import Forbidden, NotFound, Unauthorized
 from board.metrics.exposition import CONTENT_TYPE, render
-from board.metrics.freshness import HostFreshness
 from board.settings import SettingsDep
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
+
+
+class ScrapeTimeFamily(Protocol):
+    """A metric computed from the database when scraped (hosts by freshness, …): the
+    composition root puts the domains' ones on `app.state.scrape_time_families`."""
+
+    async def family(self, pool: AsyncConnectionPool[Any]) -> Metric: ...
 
 
 # Loopback, RFC 1918, link-local and unique-local: where a scraper inside the operator's
@@ -76,13 +85,12 @@ async def metrics(request: Request, settings: SettingsDep, pool: PoolDep) -> Res
     if not settings.metrics_enabled:
         raise NotFound("Not Found")
     check_scraper(request, settings.metrics_token)
-    # One cache per app (and so per database), kept on the app's state.
-    freshness = getattr(request.app.state, "host_freshness", None)
-    if not isinstance(freshness, HostFreshness):
-        freshness = request.app.state.host_freshness = HostFreshness()
+    # One set per app (and so per database, each with its cache), on the app's state.
+    families: list[ScrapeTimeFamily] = getattr(request.app.state, "scrape_time_families", [])
     computed = []
-    try:
-        computed.append(await freshness.family(pool))
-    except Exception as exc:  # the database is slow or away: the rest still scrapes
-        log.warning("metrics: could not count hosts by freshness (%s)", exc)
+    for scraped in families:
+        try:
+            computed.append(await scraped.family(pool))
+        except Exception as exc:  # the database is slow or away: the rest still scrapes
+            log.warning("metrics: could not compute %s (%s)", type(scraped).__name__, exc)
     return Response(render(computed), media_type=CONTENT_TYPE)

@@ -407,3 +407,29 @@ def _release_freed_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass  # not glibc: nothing to do
+
+
+async def forget_bodies_of_days(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, days: list[datetime]
+) -> None:
+    """Delete the kept blocks over `days`, whose day rollups were just refreshed (run in
+    that refresh's transaction: board.rollups.daily.refresh_day_rollups).
+
+    They can never be sent again (the days' versions moved on), and any written later
+    from an older snapshot carry the older version. Rows a report is writing just now
+    are skipped, not waited for: they can never be sent either, and the refresh never
+    waits on a report (nor deadlocks with one).
+    """
+    await conn.execute(
+        """
+        DELETE FROM report_bodies
+        WHERE (workspace_id, report, unit_lo, unit_hi, key_id) IN (
+            SELECT b.workspace_id, b.report, b.unit_lo, b.unit_hi, b.key_id
+            FROM report_bodies b
+            JOIN unnest(%(days)s::timestamptz[]) AS d(day)
+              ON b.span_start < d.day + interval '1 day' AND b.span_end > d.day
+            WHERE b.workspace_id = %(ws)s
+            FOR UPDATE OF b SKIP LOCKED)
+        """,
+        {"ws": workspace_id, "days": days},
+    )

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-from board.db.locks import lock_hosts
+from board.hosts.locks import lock_hosts
 from board.reservations.store import HostSpan, load_bookings, write_figures
 from board.rollups.crediting import to_us
 from board.rollups.gaps import load_schedule

@@ -1,6 +1,6 @@
 """Booking, moving and cancelling GPUs; who may, and what the figures learn of it.
 
-Every change locks the host row first (board.db.locks, the order the ingest path uses),
+Every change locks the host row first (board.hosts.locks, the order the ingest path uses),
 so a booking change and an ingest batch of the same host never interleave: the batch
 sees the booking, or the change re-credits what the batch stored. The exclusion
 constraint on reservation_gpus is what keeps two bookings of one GPU apart; the check
@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.audit.service import record
 from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
-from board.db.locks import lock_hosts
 from board.errors import Conflict, Forbidden, NotFound, Unprocessable
+from board.hosts.locks import lock_hosts
 from board.reservations import busy, queries, resolve, rules
 from board.reservations.crediting import Booking, ReservationDelta
 from board.reservations.queries import StoredReservation

@@ -13,6 +13,7 @@ day rows were rewritten on every push.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,7 +22,7 @@ from sqlalchemy import BigInteger, DateTime, Index, PrimaryKeyConstraint, Text, 
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
-from board.db.locks import lock_hosts
+from board.hosts.locks import lock_hosts
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +101,16 @@ class RollupDayVersion(Base):
 DAY_ROLLUP_LOCK_KEY = 0x6775615F64617973  # "gua_days"
 
 
+# Called in the refresh's transaction with the workspace and the days it refreshed, for
+# what other domains derived from those days (the reports' kept bodies) to go with them.
+DaysRefreshed = Callable[[psycopg.AsyncConnection[Any], int, list[datetime]], Awaitable[None]]
+
+
 async def refresh_day_rollups(
-    conn: psycopg.AsyncConnection[Any], now: datetime | None = None
+    conn: psycopg.AsyncConnection[Any],
+    now: datetime | None = None,
+    *,
+    on_days_refreshed: DaysRefreshed | None = None,
 ) -> int:
     """Recompute the day rows of every closed, dirty UTC day from its hours; clear the marks.
 
@@ -118,14 +127,19 @@ async def refresh_day_rollups(
     )
     done = 0
     for (ws,) in await cur.fetchall():
-        while days := await _refresh_some(conn, int(ws), now):
+        while days := await _refresh_some(conn, int(ws), now, on_days_refreshed):
             done += days
     if done:
         log.info("day rollups: refreshed %d day(s)", done)
     return done
 
 
-async def _refresh_some(conn: psycopg.AsyncConnection[Any], ws: int, now: datetime) -> int:
+async def _refresh_some(
+    conn: psycopg.AsyncConnection[Any],
+    ws: int,
+    now: datetime,
+    on_days_refreshed: DaysRefreshed | None,
+) -> int:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", [DAY_ROLLUP_LOCK_KEY])
         await lock_hosts(conn, "h.id", "h.workspace_id = %s", [ws])
@@ -146,6 +160,8 @@ async def _refresh_some(conn: psycopg.AsyncConnection[Any], ws: int, now: dateti
         if days:
             for statement in _REFRESH:
                 await conn.execute(statement, {"ws": ws, "days": days})
+            if on_days_refreshed is not None:
+                await on_days_refreshed(conn, ws, days)
     return len(days)
 
 
@@ -154,25 +170,12 @@ _DAYS = (
     "AND h.hour_start < d.day + interval '1 day'"
 )
 _REFRESH = (
-    # A new version for each day: kept report bodies of these days no longer match; the
-    # ones already kept are deleted here (any written later from an older snapshot carry
-    # the older version, and are never sent). Rows a report is writing just now are
-    # skipped, not waited for: they can never be sent either, and the refresh never
-    # waits on a report (nor deadlocks with one).
+    # A new version for each day: what was derived from the days' hours before (kept
+    # report bodies) no longer matches, and is never used again (`on_days_refreshed`).
     """
     INSERT INTO rollup_day_versions AS v (workspace_id, day_start, version)
     SELECT %(ws)s, d, 1 FROM unnest(%(days)s::timestamptz[]) AS d ORDER BY d
     ON CONFLICT (workspace_id, day_start) DO UPDATE SET version = v.version + 1
-    """,
-    """
-    DELETE FROM report_bodies
-    WHERE (workspace_id, report, unit_lo, unit_hi, key_id) IN (
-        SELECT b.workspace_id, b.report, b.unit_lo, b.unit_hi, b.key_id
-        FROM report_bodies b
-        JOIN unnest(%(days)s::timestamptz[]) AS d(day)
-          ON b.span_start < d.day + interval '1 day' AND b.span_end > d.day
-        WHERE b.workspace_id = %(ws)s
-        FOR UPDATE OF b SKIP LOCKED)
     """,
     "DELETE FROM gpu_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     "DELETE FROM user_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",

@@ -15,9 +15,9 @@ from typing import Any
 
 import psycopg
 
-from board.db.locks import lock_hosts
 from board.errors import NotFound
-from board.partitions.maintenance import existing_partitions
+from board.hosts.locks import lock_hosts
+from board.observations.maintenance import existing_partitions
 from board.rollups.crediting import RollupDelta, Tick, gpu_ticks, to_us
 from board.rollups.gaps import WIDEST_SQL, load_schedule
 from board.rollups.store import upsert_rollup_delta

@@ -4,7 +4,7 @@ than a workspace's retentionDays, and never before the operator's floor
 
 Their days are marked dirty by the trigger and recomputed (to nothing) by
 board.rollups.daily.refresh_day_rollups, which the schedule runs right after. Separate
-from the raw partitions (board.partitions), which follow the server-wide raw
+from the raw partitions (board.observations), which follow the server-wide raw
 retention and are dropped whole without ever touching a rollup.
 """
 

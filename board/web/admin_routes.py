@@ -17,6 +17,7 @@ from board.auth.passwords import PasswordsBusy
 from board.db.deps import SessionDep
 from board.enrollment import service as enrollment
 from board.errors import DomainError, TooManyRequests
+from board.fleet import service as fleet_views
 from board.hosts import service as hosts
 from board.runtime import RuntimeDep
 from board.web.deps import AdminPageDep, CsrfDep, Page
@@ -58,7 +59,7 @@ async def _admin_page(
     status_code: int = 200,
     **extra: Any,
 ) -> Response:
-    listed = await hosts.list_hosts(db, page.ctx)
+    listed = await fleet_views.list_hosts(db, page.ctx)
     settings = workspaces.settings_of(page.ctx.workspace)
     zone = iana_zone(settings.timezone)
     context = {

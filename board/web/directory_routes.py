@@ -16,7 +16,7 @@ from board.db.deps import SessionDep
 from board.directory import service as directory
 from board.directory.schemas import DirectoryEntryIn
 from board.errors import DomainError, Unprocessable
-from board.hosts import service as hosts
+from board.fleet import service as fleet_views
 from board.web.deps import AdminPageDep, CsrfDep, Page
 from board.web.fleet_people import running_now
 from board.web.render import PageRoute, redirect, render
@@ -41,7 +41,7 @@ async def _page(
         "entries": await directory.entries(db, page.ctx.workspace_id),
         # lastSeenAt is the last hour credited (closed intervals only): a user at work
         # now would read "seen 49 min ago", so the page asks the hosts' newest state.
-        "running": running_now(await hosts.fleet_hosts(db, page.ctx)),
+        "running": running_now(await fleet_views.fleet_hosts(db, page.ctx)),
         "members": await workspaces.list_members(db, page.ctx.workspace_id),
         "saved": saved,
         "error": error,

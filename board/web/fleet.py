@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from board.hosts.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
+from board.fleet.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
 from board.reservations.schemas import ReservationOut
 from board.rollups.crediting import billed_users, compute_holders
 
@@ -240,7 +240,7 @@ def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut, now: datetime | Non
 
 
 def card_now(host: HostOut, gpu: GpuNow, with_processes: bool, now: datetime | None) -> Card:
-    """card_of for the fleet's read (board.hosts.service.fleet_hosts); holders only for
+    """card_of for the fleet's read (board.fleet.service.fleet_hosts); holders only for
     roles that may see processes."""
     holders = billed_users(gpu.gpu.usage_state, gpu.holders) if with_processes else None
     return _card(host, gpu.gpu, holders, gpu.availability, gpu.reservation, now)
@@ -311,7 +311,7 @@ def build_fleet(
 ) -> Fleet:
     """Counts and offenders over the whole fleet; the GPUs shown narrowed to the filters.
 
-    `shown`: the hosts a search left (board.hosts.search.search_fleet), else all of `hosts`.
+    `shown`: the hosts a search left (board.fleet.search.search_fleet), else all of `hosts`.
     """
     everything = [fleet_cards(h, with_processes, now) for h in hosts]
     counts = dict.fromkeys(CARD_STATES, 0)

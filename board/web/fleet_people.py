@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from board.hosts.schemas import HostNow
+from board.fleet.schemas import HostNow
 from board.rollups.crediting import billed_users
 from board.web.fleet import FRESH, duration
 

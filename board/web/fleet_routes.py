@@ -19,9 +19,10 @@ from board.auth.deps import member_context
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.errors import DomainError
+from board.fleet import service as fleet_views
+from board.fleet.search import MAX_QUERY_CHARS, search_fleet
 from board.hosts import service as hosts
 from board.hosts.models import Host
-from board.hosts.search import MAX_QUERY_CHARS, search_fleet
 from board.reports import service as reports
 from board.reports.params import day_now, parse_window, parse_zone
 from board.reservations.timeline import host_timeline
@@ -106,7 +107,7 @@ FleetQueryDep = Annotated[FleetQuery, Depends(fleet_query)]
 async def _fleet_context(
     page: Page, db: SessionDep, query: FleetQuery
 ) -> tuple[dict[str, Any], Fleet]:
-    all_hosts = await hosts.fleet_hosts(db, page.ctx)
+    all_hosts = await fleet_views.fleet_hosts(db, page.ctx)
     with_processes = page.ctx.sees_processes
     now = datetime.now(UTC)
     # Durations are rendered with the real clock and carry their stateSince, from which
@@ -216,7 +217,7 @@ async def people_page(
     sort = sort if sort in ("idle_held", "hours") else "idle_held"
     tz = page.ctx.workspace.timezone
     now = datetime.now(UTC)
-    all_hosts = await hosts.fleet_hosts(db, page.ctx)
+    all_hosts = await fleet_views.fleet_hosts(db, page.ctx)
     week_rows: list[dict[str, Any]] = []
     first = tomorrow = None
     if page.ctx.sees_processes:
@@ -240,7 +241,7 @@ async def people_page(
 
 
 async def _host_context(page: Page, db: SessionDep, row: Host) -> dict[str, Any]:
-    host = await hosts.view_of(db, page.ctx, row)
+    host = await fleet_views.view_of(db, page.ctx, row)
     return {"page": page, "host": host, "view": host_cards(host), "now": datetime.now(UTC)}
 
 

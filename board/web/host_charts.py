@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.db.connection import report_connection
-from board.hosts.history import recent_averages
+from board.fleet.history import recent_averages
 from board.reports import service as reports
 from board.reports.params import parse_window, parse_zone
 from board.web.charts import percent_chart, series_class

@@ -17,8 +17,8 @@ from typing import Any
 
 import psycopg
 
-from board.db.locks import lock_hosts
 from board.errors import Conflict, Unprocessable
+from board.hosts.locks import lock_hosts
 from board.reservations.rebuild import rebuild_figures
 from board.rollups.rebuild import rebuild, rebuildable_from
 

@@ -166,7 +166,7 @@ def _partition_days(table: str) -> list[date]:
 
 
 def _create_day_partitions(table: str, days: list[date]) -> None:
-    # Named as board.partitions names them, so its maintenance adopts them.
+    # Named as board.observations names them, so its maintenance adopts them.
     for day in days:
         start = datetime(day.year, day.month, day.day, tzinfo=UTC)
         op.execute(

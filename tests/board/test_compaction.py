@@ -1,4 +1,4 @@
-"""Compaction of closed days (board.partitions.compaction): every reader of the raw
+"""Compaction of closed days (board.observations.compaction): every reader of the raw
 history sees the same observations before and after, late points land in compacted
 hours and are merged by the next run, and the migration converts the old tables."""
 
@@ -13,9 +13,9 @@ from alembic import command
 from board.db.migrate import alembic_config
 from board.db.urls import libpq_url
 from board.ingest.history import RawKey, neighbourhoods
-from board.ingest.tables import host_observations
-from board.partitions.compaction import RECORD_FIELDS, compact_closed_days
-from board.partitions.maintenance import run_maintenance
+from board.observations.compaction import RECORD_FIELDS, compact_closed_days
+from board.observations.maintenance import run_maintenance
+from board.observations.tables import host_observations
 from board.rollups.rebuild import rebuild
 from tests.board.builders import enroll, push
 from tests.board.test_reports_builders import (

@@ -1,5 +1,5 @@
 """Each host's newest GPUs are kept per process between reads of the hosts list and the
-fleet page (board.hosts.service), and read again exactly for the hosts that pushed."""
+fleet page (board.fleet.service), and read again exactly for the hosts that pushed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from board.hosts import latest, service
+from board.fleet import latest, service
 from tests.board.builders import enroll, example, make_tenant, minutes_ago, push, retimed
 from tests.web.helpers import sign_in
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from fastapi import FastAPI
 
-from board.partitions.maintenance import PARTITIONED_TABLES, partition_name
+from board.observations.maintenance import PARTITIONED_TABLES, partition_name
 from tests.board.builders import enroll, example, make_tenant, push, retimed
 from tests.board.db import execute, scalar
 

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from board.db.base import Base
-from board.partitions.maintenance import PARTITIONED_TABLES, partition_name, run_maintenance
+from board.observations.maintenance import PARTITIONED_TABLES, partition_name, run_maintenance
 from tests.board.builders import enroll, example, make_tenant, push, retimed
 from tests.board.db import scalar
 

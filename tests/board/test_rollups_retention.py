@@ -11,7 +11,7 @@ import psycopg
 
 from board.db.urls import libpq_url
 from board.maintenance import maintain_once
-from board.partitions.maintenance import run_maintenance
+from board.observations.maintenance import run_maintenance
 from tests.board.builders import enroll, push
 from tests.board.test_reports_builders import (
     day_rollups_mismatch,

@@ -25,8 +25,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from board.db.locks import lock_hosts
-from board.partitions.maintenance import MAINTENANCE_LOCK_KEY, existing_partitions, partition_name
+from board.hosts.locks import lock_hosts
+from board.observations.maintenance import MAINTENANCE_LOCK_KEY, existing_partitions, partition_name
 
 log = logging.getLogger(__name__)
 

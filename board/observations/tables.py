@@ -3,7 +3,7 @@
 Hot rows (`host_observations`): the observation's own fields and its GPUs and processes
 as typed arrays, parallel by position (gpu_id[i], gpu_util_pct[i], …; process_gpu_id[j],
 process_pid[j], …): one row and one index entry per push instead of one per GPU and per
-process. Closed days are compacted by board.partitions.compaction into
+process. Closed days are compacted by board.observations.compaction into
 `observation_hours`, one row per host and hour holding that hour's observations as an
 array of the composite type `observation_record` (the same fields), which TOAST
 compresses (lz4 where the server has it). That table, the type, the readers'
@@ -13,7 +13,7 @@ reflect a composite type (migrations/env.py leaves them out of `alembic check`).
 
 Keys lead with workspace_id and carry observed_at: Postgres requires the partition
 column in every unique key, and a later scale-out by tenant needs workspace_id first.
-Partition children are created and dropped by board.partitions, never by migrations
+Partition children are created and dropped by board.observations, never by migrations
 (the one that converted the old per-sample tables excepted).
 """
 
@@ -32,6 +32,17 @@ from sqlalchemy import (
 )
 
 from board.db.base import Base
+
+# Relations the migration "compact raw history" makes outside this metadata (a
+# composite type, functions and views), owned here like the table above
+# (tests/test_layers.py reads this to know who may name them in SQL).
+OWNED_RELATIONS = (
+    "observation_hours",
+    "observation_record",
+    "raw_observations",
+    "gpu_samples",
+    "process_samples",
+)
 
 host_observations = Table(
     "host_observations",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, get_args
 
-from board.hosts.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
+from board.fleet.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
 
 SortKey = Literal["name", "idle_held", "util", "memory"]
 SORT_KEYS: tuple[str, ...] = get_args(SortKey)
@@ -54,7 +54,7 @@ def search_hosts(hosts: list[HostOut], query: str) -> list[HostOut]:
 
 
 def search_fleet(hosts: list[HostNow], query: str, with_processes: bool) -> list[HostNow]:
-    """search_hosts for the fleet page's hosts (board.hosts.service.fleet_hosts): the same
+    """search_hosts for the fleet page's hosts (board.fleet.service.fleet_hosts): the same
     matches; Linux users only for roles that may see processes (`with_processes`)."""
     words = _words(query)
     if not words:

@@ -1,9 +1,10 @@
-"""Hosts by freshness, counted when Prometheus scrapes: one grouped query, bounded.
+"""Hosts by freshness, counted when Prometheus scrapes: one bounded query.
 
-The states follow the hosts' freshness rule (board/hosts/freshness.py): never pushed,
-stale (silent longer than the workspace's stale_after_seconds), else the newest
-observation's collection status. Revoked hosts are left out. Counts cover the whole
-board, never one workspace, so no label names a tenant.
+Each host is judged by the hosts' one freshness rule (board/hosts/freshness.py) at the
+database's clock: never pushed, stale (silent longer than the workspace's
+stale_after_seconds), else the newest observation's collection status. Revoked hosts
+are left out. Counts cover the whole board, never one workspace, so no label names a
+tenant. The composition root hands this to /metrics (board.metrics.routes).
 """
 
 from __future__ import annotations
@@ -14,25 +15,22 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from psycopg_pool import AsyncConnectionPool
 
+from board.hosts.freshness import freshness
+
 STATES = ("ok", "partial", "error", "stale", "never")
 # A scrape every few seconds from several Prometheus servers costs one query at most
 # this often per process; and a slow database fails the gauge, never the scrape.
 CACHE_SECONDS = 5.0
 QUERY_TIMEOUT = "2s"
 
-_COUNT_BY_FRESHNESS = """
-SELECT CASE
-         WHEN h.latest_observed_at IS NULL THEN 'never'
-         WHEN now() - h.latest_observed_at > make_interval(secs => w.stale_after_seconds)
-           THEN 'stale'
-         WHEN h.latest_collection_status IN ('ok', 'partial') THEN h.latest_collection_status
-         ELSE 'error'
-       END AS freshness,
+# Hosts sharing a newest observation time, status and threshold are judged once.
+_HOSTS_BY_FRESHNESS_INPUTS = """
+SELECT h.latest_observed_at, h.latest_collection_status, w.stale_after_seconds, now(),
        count(*)
 FROM hosts h
 JOIN workspaces w ON w.id = h.workspace_id
 WHERE h.revoked_at IS NULL
-GROUP BY 1
+GROUP BY 1, 2, 3
 """
 
 
@@ -49,9 +47,9 @@ class HostFreshness:
         counts = dict.fromkeys(STATES, 0)
         async with pool.connection() as conn, conn.transaction():
             await conn.execute(f"SET LOCAL statement_timeout = '{QUERY_TIMEOUT}'")
-            cur = await conn.execute(_COUNT_BY_FRESHNESS)
-            for state, count in await cur.fetchall():
-                counts[str(state)] = int(count)
+            cur = await conn.execute(_HOSTS_BY_FRESHNESS_INPUTS)
+            for observed_at, status, stale_after, now, count in await cur.fetchall():
+                counts[freshness(observed_at, status, now, int(stale_after))] += int(count)
         self._counts, self._at = counts, time.monotonic()
         return counts
 

@@ -18,7 +18,7 @@ from psycopg import sql
 
 log = logging.getLogger(__name__)
 
-# The raw history's hot rows (board/ingest/tables.py), partitioned by day here. Its
+# The raw history's hot rows (board/observations/tables.py), partitioned by day here. Its
 # compacted hours (observation_hours) are one row per host and hour, few enough for one
 # table: retention deletes them below, and queries over both plan one partitioned side.
 PARTITIONED_TABLES = ("host_observations",)

@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from board.hosts.schemas import GpuOut, ProcessOut
+from board.fleet.schemas import GpuOut, ProcessOut
 from board.rollups.crediting import from_us
 
 # One row per host: its newest observation's GPU and process arrays (hot or compacted).
