@@ -15,31 +15,12 @@ from board.metrics.registry import observations_accepted, observations_rejected,
 router = APIRouter(prefix="/agent/v1", tags=["agent"])
 
 
-# A refusal's reason for the metrics when the error names none (board/metrics/registry.py).
-_REASON_OF_STATUS = {
-    400: "invalid_json",
-    401: "unauthorized",
-    408: "request_timeout",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "invalid_payload",
-    503: "unavailable",
-}
-
-
-def rejection_reason(exc: DomainError | HTTPException) -> str:
-    reason = exc.extra.get("reason") if isinstance(exc, DomainError) else None
-    if not isinstance(reason, str):
-        reason = _REASON_OF_STATUS.get(exc.status_code, "other")
-    return rejection_label(reason)
-
-
 async def observations(request: Request) -> JSONResponse:
     """Counts each push as accepted or rejected (by reason), then answers it."""
     try:
         response = await store_observation(request)
     except (DomainError, HTTPException) as exc:
-        observations_rejected.labels(reason=rejection_reason(exc)).inc()
+        observations_rejected.labels(reason=rejection_label(service.rejection_reason(exc))).inc()
         raise
     except Exception as exc:
         # The database away while the token was looked up: the app's handler answers 503.

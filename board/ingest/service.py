@@ -8,12 +8,12 @@ from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 
 from board.errors import (
     MAX_LISTED_ERRORS,
     BadRequest,
     DomainError,
-    PayloadTooLarge,
     ServiceUnavailable,
     Unauthorized,
     Unprocessable,
@@ -103,31 +103,45 @@ def check_observed_at(observed_at: datetime, now: datetime, runtime: IngestParts
         )
 
 
-_REASONS = {
+# Why a push was refused, by its answer's status, when the error names no reason of its
+# own: what the host's rejections record and the metrics count (board/metrics/registry.py).
+_REASON_OF_STATUS = {
     400: "invalid_json",
+    401: "unauthorized",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_payload",
+    503: "unavailable",
 }
+
+
+def rejection_reason(exc: DomainError | HTTPException) -> str:
+    """The reason a refused push is recorded and counted under: the error's own, else
+    its status's, else `rejected` (which the metrics count as `other`)."""
+    reason = exc.extra.get("reason") if isinstance(exc, DomainError) else None
+    if isinstance(reason, str) and reason:
+        return reason
+    return _REASON_OF_STATUS.get(exc.status_code, "rejected")
 
 
 async def accept_observation(
     runtime: IngestParts, principal: tuple[int, int], body: bytes
 ) -> tuple[Outcome, datetime]:
-    """Validate and store one push; a rejection is counted on the host, then re-raised."""
+    """Validate and store one push; a rejection is counted on the host, then re-raised.
+
+    `body` is within the size limit already: the route reads it with board.edge.read_body.
+    """
     workspace_id, host_id = principal
     now = datetime.now(UTC)
     try:
-        if len(body) > runtime.settings.max_body_bytes:
-            raise PayloadTooLarge(
-                f"Request body is larger than the limit of {runtime.settings.max_body_bytes} bytes."
-            )
         snapshot = parse_snapshot(body)
         observed_at = snapshot.observed_at()
         check_observed_at(observed_at, now, runtime)
     except DomainError as exc:
-        reason = str(exc.extra.get("reason") or _REASONS.get(exc.status_code, "rejected"))
-        await record_rejection(runtime.pool, workspace_id, host_id, reason, exc.detail, now)
+        await record_rejection(
+            runtime.pool, workspace_id, host_id, rejection_reason(exc), exc.detail, now
+        )
         raise
     observation = Observation(workspace_id, host_id, observed_at, now, snapshot)
     try:
@@ -156,7 +170,6 @@ async def record_refused(
 ) -> None:
     """A push refused before its body was parsed (413, 415), counted on the host."""
     workspace_id, host_id = principal
-    reason = _REASONS.get(exc.status_code, "rejected")
     await record_rejection(
-        runtime.pool, workspace_id, host_id, reason, exc.detail, datetime.now(UTC)
+        runtime.pool, workspace_id, host_id, rejection_reason(exc), exc.detail, datetime.now(UTC)
     )

@@ -1,8 +1,11 @@
 """How booked time was spent (accounting.md, "Reservations"), in one place.
 
-The ingest path (each new interval, and the re-split of one an out-of-order point lands
-in), a change of a booking (credit the difference) and the rebuild from raw samples all
-call `ReservationDelta.credit`, so they cannot disagree. Like the hourly rollups, every
+A `ReservationDelta` is a target of the one crediting rule (board.rollups.crediting:
+which intervals count, judged by which maxSampleGap, cut at which hours, taken back how
+when a late point splits one); it says only where a piece of a reserved GPU's time
+goes. The ingest path (each new interval, and the re-split of one an out-of-order point
+lands in), a change of a booking (credit the difference) and the rebuild from raw
+samples all credit through it, so they cannot disagree. Like the hourly rollups, every
 figure is integer microseconds, so un-crediting is the exact inverse of crediting and
 the figures do not depend on the order in which observations or bookings arrive.
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from board.rollups.crediting import HOUR_US, Tick, billed_users
+from board.rollups.crediting import HOUR_US, Tick, billed_users, credit_insertion
 from board.rollups.gaps import GapSchedule
 
 # The sums kept per booking, GPU and hour, in the order of a ReservationDelta row.
@@ -78,55 +81,38 @@ class ReservationDelta:
         self.bookings.setdefault(booking.gpu_id, []).append((booking, sign))
         self.workspace_of[booking.reservation_id] = booking.workspace_id
 
-    def credit(self, opener: Tick, end_us: int, max_gap_us: int, sign: int = 1) -> None:
-        """Credit (sign=1) or un-credit (sign=-1) the interval opened by `opener`."""
-        start = opener.observed_us
-        length = end_us - start
-        if length <= 0 or length > max_gap_us or not self.bookings:
-            return  # a gap counts for nobody, as in the hourly rollups
+    def credit_piece(
+        self, opener: Tick, hour_us: int, start_us: int, end_us: int, sign: int
+    ) -> None:
+        """Each reserved GPU's piece, clipped to each of its bookings, to its slot."""
         for g in opener.gpus:
             booked = self.bookings.get(g.gpu_id)
             if not booked:
                 continue
             for booking, booking_sign in booked:
-                lo = max(start, booking.start_us)
+                lo = max(start_us, booking.start_us)
                 hi = min(end_us, booking.end_us)
                 if lo >= hi:
                     continue
-                slot = classify(g.state, g.holders, booking.linux_users)
-                signed = sign * booking_sign
-                cursor = lo
-                while cursor < hi:
-                    hour = cursor - cursor % HOUR_US
-                    piece = min(hi, hour + HOUR_US) - cursor
-                    if booking.start_us <= hour and hour + HOUR_US <= booking.end_us:
-                        row = self.booked.get((opener.host_id, g.gpu_id, hour))
-                        if row is None:
-                            row = self.booked[(opener.host_id, g.gpu_id, hour)] = [0] * 5
-                    else:
-                        row = self.figures.get((booking.reservation_id, g.gpu_id, hour))
-                        if row is None:
-                            row = self.figures[(booking.reservation_id, g.gpu_id, hour)] = [0] * 5
-                    row[COVERED] += signed * piece
-                    row[slot] += signed * piece
-                    cursor += piece
+                if booking.start_us <= hour_us and hour_us + HOUR_US <= booking.end_us:
+                    row = self.booked.get((opener.host_id, g.gpu_id, hour_us))
+                    if row is None:
+                        row = self.booked[(opener.host_id, g.gpu_id, hour_us)] = [0] * 5
+                else:
+                    row = self.figures.get((booking.reservation_id, g.gpu_id, hour_us))
+                    if row is None:
+                        row = self.figures[(booking.reservation_id, g.gpu_id, hour_us)] = [0] * 5
+                signed = sign * booking_sign * (hi - lo)
+                row[COVERED] += signed
+                row[classify(g.state, g.holders, booking.linux_users)] += signed
 
     def credit_insertion(
         self, before: Tick | None, new: Sequence[Tick], after_us: int | None, gaps: GapSchedule
     ) -> None:
-        """New observations between two stored ones: before→after becomes before→new…→after
-        (each interval judged by the limit in force at its opener, as the rollups do)."""
-        if not new or not self.bookings:
-            return
-        if before is not None:
-            limit = gaps.at(before.observed_us)
-            if after_us is not None:
-                self.credit(before, after_us, limit, sign=-1)
-            self.credit(before, new[0].observed_us, limit)
-        for opener, closer in zip(new, new[1:], strict=False):
-            self.credit(opener, closer.observed_us, gaps.at(opener.observed_us))
-        if after_us is not None:
-            self.credit(new[-1], after_us, gaps.at(new[-1].observed_us))
+        """New observations between two stored ones (board.rollups.crediting's
+        `credit_insertion`); nothing to do for hosts with no booking around them."""
+        if self.bookings:
+            credit_insertion(self, before, new, after_us, gaps)
 
     def credit_series(self, ticks: Sequence[Tick], gaps: GapSchedule) -> None:
         """A stretch of a host's history in time order (booking changes, rebuilds)."""

@@ -1,7 +1,15 @@
 """The counting rules of accounting.md, in one place.
 
+How an observed interval is credited is written once, here: from an opener to the next
+observation of its host, a gap (longer than the maxSampleGap in force at the opener,
+board.rollups.gaps) counting for nobody, cut at UTC hour boundaries, and when a late
+observation splits a stored interval, the whole taken back and each part credited under
+its own opener's limit (`credit_insertion`). What the pieces are credited *to* is a
+`CreditTarget`: the hourly rollups (`RollupDelta`, below), a reservation's figures
+(board.reservations.crediting), and any other sums over a host's observed time.
+
 Both the ingest path (crediting each new interval, re-splitting one an out-of-order
-observation lands in) and `rollups rebuild` (replaying raw history) call `credit`, so
+observation lands in) and `rollups rebuild` (replaying raw history) go through it, so
 the two cannot disagree. All durations are integer microseconds: crediting an interval
 and un-crediting it are exact inverses, which makes totals independent of arrival order.
 
@@ -16,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from board.rollups.gaps import GapSchedule
@@ -112,13 +120,68 @@ class Tick(NamedTuple):
     gpus: tuple[GpuTick, ...]
 
 
+class CreditTarget(Protocol):
+    """What observed time is credited to: sums kept per hour, keyed as the target likes."""
+
+    def credit_piece(
+        self, opener: Tick, hour_us: int, start_us: int, end_us: int, sign: int
+    ) -> None:
+        """Add `sign` (1, or -1 to take back) times the piece [start_us, end_us) of the
+        interval `opener` opened; the piece lies inside the UTC hour from `hour_us`."""
+        ...
+
+
+def credit_interval(
+    target: CreditTarget, opener: Tick, end_us: int, max_gap_us: int, sign: int = 1
+) -> None:
+    """Credit (sign=1) or un-credit (sign=-1) the interval `opener` → `end_us`, hour by hour."""
+    start = opener.observed_us
+    length = end_us - start
+    if length <= 0 or length > max_gap_us or not opener.gpus:
+        return  # a gap is billed to nobody and is not covered time
+    cursor = start
+    while cursor < end_us:
+        hour = cursor - cursor % HOUR_US
+        stop = min(end_us, hour + HOUR_US)
+        target.credit_piece(opener, hour, cursor, stop, sign)
+        cursor = stop
+
+
+def credit_insertion(
+    target: CreditTarget,
+    before: Tick | None,
+    new: Sequence[Tick],
+    after_us: int | None,
+    gaps: GapSchedule,
+) -> None:
+    """New observations landing between two stored ones (either may be absent).
+
+    The interval before→after is replaced by before→new[0]→…→new[-1]→after. Each
+    interval is judged by the limit in force at its opener (board.rollups.gaps), so
+    the one taken back is judged as it was when it was credited. With no `before` and
+    no `after`, `new` is a stretch of history in time order (a rebuild, a replay).
+    """
+    if not new:
+        return
+    if before is not None:
+        limit = gaps.at(before.observed_us)
+        if after_us is not None:
+            credit_interval(target, before, after_us, limit, sign=-1)
+        credit_interval(target, before, new[0].observed_us, limit)
+    for opener, closer in zip(new, new[1:], strict=False):
+        credit_interval(target, opener, closer.observed_us, gaps.at(opener.observed_us))
+    if after_us is not None:
+        credit_interval(target, new[-1], after_us, gaps.at(new[-1].observed_us))
+
+
 GpuHourKey = tuple[int, int, int]  # (host_id, gpu_id, hour start in µs)
 UserHourKey = tuple[int, int, str, int]  # (host_id, gpu_id, linux_user, hour start in µs)
 
 
 @dataclass
 class RollupDelta:
-    """Changes to the hourly rollups, summed before they are written in one statement.
+    """Changes to the hourly rollups, summed before they are written in one statement
+    (the host-hour rows follow the GPU-hour rows in the database).
 
     Rows are lists of GPU_COLUMNS and USER_COLUMNS sums; keys are plain tuples, built for
     every GPU of every interval.
@@ -127,40 +190,38 @@ class RollupDelta:
     gpu: dict[GpuHourKey, list[int]] = field(default_factory=dict)
     user: dict[UserHourKey, list[int]] = field(default_factory=dict)
 
+    def credit_piece(
+        self, opener: Tick, hour_us: int, start_us: int, end_us: int, sign: int
+    ) -> None:
+        """Each GPU's piece to its state, and split between the users it is billed to."""
+        host = opener.host_id
+        piece = end_us - start_us
+        for g in opener.gpus:
+            row = self.gpu.get((host, g.gpu_id, hour_us))
+            if row is None:
+                row = self.gpu[(host, g.gpu_id, hour_us)] = [0] * 8
+            row[_COVERED] += sign * piece
+            row[_STATE_SLOT[g.state]] += sign * piece
+            row[_UTIL] += sign * g.util_pct * piece
+            row[_MEM_USED] += sign * g.memory_used_mb * piece
+            row[_MEM_TOTAL] += sign * g.memory_total_mb * piece
+            # billed_users(g.state, g.holders), inlined: the ingest hot path.
+            users = g.holders or (_NOBODY_NAMED if g.state != "idle" else ())
+            if users:
+                share = sign * (piece // len(users))
+                for user in users:
+                    urow = self.user.get((host, g.gpu_id, user, hour_us))
+                    if urow is None:
+                        urow = self.user[(host, g.gpu_id, user, hour_us)] = [0, 0, 0]
+                    urow[_HELD] += share
+                    if g.state == "active":
+                        urow[_USER_ACTIVE] += share
+                    elif g.state == "idle_held":
+                        urow[_USER_IDLE_HELD] += share
+
     def credit(self, opener: Tick, end_us: int, max_gap_us: int, sign: int = 1) -> None:
         """Credit (sign=1) or un-credit (sign=-1) the interval opened by `opener`."""
-        start = opener.observed_us
-        length = end_us - start
-        if length <= 0 or length > max_gap_us or not opener.gpus:
-            return  # a gap is billed to nobody and is not covered time
-        host = opener.host_id
-        cursor = start
-        while cursor < end_us:
-            hour = cursor - cursor % HOUR_US
-            piece = min(end_us, hour + HOUR_US) - cursor
-            for g in opener.gpus:
-                row = self.gpu.get((host, g.gpu_id, hour))
-                if row is None:
-                    row = self.gpu[(host, g.gpu_id, hour)] = [0] * 8
-                row[_COVERED] += sign * piece
-                row[_STATE_SLOT[g.state]] += sign * piece
-                row[_UTIL] += sign * g.util_pct * piece
-                row[_MEM_USED] += sign * g.memory_used_mb * piece
-                row[_MEM_TOTAL] += sign * g.memory_total_mb * piece
-                # billed_users(g.state, g.holders), inlined: the ingest hot path.
-                users = g.holders or (_NOBODY_NAMED if g.state != "idle" else ())
-                if users:
-                    share = sign * (piece // len(users))
-                    for user in users:
-                        urow = self.user.get((host, g.gpu_id, user, hour))
-                        if urow is None:
-                            urow = self.user[(host, g.gpu_id, user, hour)] = [0, 0, 0]
-                        urow[_HELD] += share
-                        if g.state == "active":
-                            urow[_USER_ACTIVE] += share
-                        elif g.state == "idle_held":
-                            urow[_USER_IDLE_HELD] += share
-            cursor += piece
+        credit_interval(self, opener, end_us, max_gap_us, sign)
 
     def count_samples(self, tick: Tick) -> None:
         hour = tick.observed_us - tick.observed_us % HOUR_US
@@ -177,23 +238,9 @@ class RollupDelta:
         after_us: int | None,
         gaps: GapSchedule,
     ) -> None:
-        """New observations landing between two stored ones (either may be absent).
-
-        The interval before→after is replaced by before→new[0]→…→new[-1]→after. Each
-        interval is judged by the limit in force at its opener (board.rollups.gaps), so
-        the one taken back is judged as it was when it was credited.
-        """
-        if not new:
-            return
-        if before is not None:
-            limit = gaps.at(before.observed_us)
-            if after_us is not None:
-                self.credit(before, after_us, limit, sign=-1)
-            self.credit(before, new[0].observed_us, limit)
-        for opener, closer in zip(new, new[1:], strict=False):
-            self.credit(opener, closer.observed_us, gaps.at(opener.observed_us))
-        if after_us is not None:
-            self.credit(new[-1], after_us, gaps.at(new[-1].observed_us))
+        """New observations between two stored ones (`credit_insertion`), each of them
+        counted as a sample of its hour."""
+        credit_insertion(self, before, new, after_us, gaps)
         for tick in new:
             self.count_samples(tick)
 
