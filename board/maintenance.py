@@ -33,6 +33,7 @@ from board.reports.bodies import forget_bodies_of_days
 from board.rollups.daily import refresh_day_rollups
 from board.rollups.retention import drop_expired_rollups
 from board.settings import Settings
+from board.workspaces.energy_backfill import backfill_energy
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ async def maintain_once(process: MaintainedProcess) -> None:
             floor = process.settings.min_retention_days
             await drop_expired_rollups(conn, min_days=floor)
             await drop_expired_audit_events(conn, min_days=floor)
+            # Energy for hours credited before the board counted it (once, after upgrade).
+            await backfill_energy(conn)
             await refresh_day_rollups(conn, on_days_refreshed=forget_bodies_of_days)
         finally:
             await conn.set_autocommit(False)

@@ -48,6 +48,10 @@ class Workspace(Base):
     sample_gap_seconds: Mapped[list[int]] = mapped_column(
         ARRAY(Integer), server_default=text("'{120}'")
     )
+    # Hours before this have rollups without energy that raw samples may still give
+    # (a history from before energy): the maintenance rebuilds them from raw, newest day
+    # first, moving this back until nothing is left (NULL; board.reservations.rebuild).
+    energy_backfill_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     stale_after_seconds: Mapped[int] = mapped_column(Integer, server_default="90")
     timezone: Mapped[str] = mapped_column(Text, server_default="UTC")
     # How long hourly rollups are kept; raw samples follow the server-wide raw retention.

@@ -19,8 +19,8 @@ import psycopg
 from board.db.urls import libpq_url, resolve_database_url
 from board.errors import DomainError
 from board.reports.params import parse_bound
-from board.reservations.rebuild import FigureRebuild, rebuild_figures
-from board.rollups.rebuild import HOUR, RebuildResult, raw_span, rebuild
+from board.reservations.rebuild import FigureRebuild, rebuild_hours
+from board.rollups.rebuild import HOUR, RebuildResult, raw_span
 from board.settings import Settings
 
 _UTC = zoneinfo.ZoneInfo("UTC")
@@ -82,8 +82,8 @@ async def _rebuild_days(
     while day < end:
         stop = min(day.replace(hour=0) + timedelta(days=1), end)
         async with conn.transaction():
-            total.add(await rebuild(conn, workspace_id, day, stop))
-            # The reservation figures are credited from the same samples: rebuilt alike.
-            figures.add(await rebuild_figures(conn, workspace_id, day, stop))
+            rollups, booked = await rebuild_hours(conn, workspace_id, day, stop)
+            total.add(rollups)
+            figures.add(booked)
         day = stop
     return total, figures

@@ -91,13 +91,15 @@ async def neighbourhoods(
 async def load_ticks(
     conn: psycopg.AsyncConnection[Any], keys: Sequence[RawKey]
 ) -> dict[PointKey, Tick]:
-    """Stored observations as ticks (GPU state and compute holders), keyed by host and time."""
+    """Stored observations as ticks (GPU state, compute holders, power), keyed by host and
+    time."""
     if not keys:
         return {}
     cur = await conn.execute(
         """
         SELECT k.host_id, k.t, r.gpu_id, r.gpu_state, r.gpu_util_pct, r.gpu_memory_used_mb,
-               r.gpu_memory_total_mb, r.process_gpu_id, r.process_user, r.process_type
+               r.gpu_memory_total_mb, r.process_gpu_id, r.process_user, r.process_type,
+               r.gpu_power_w
         FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS k(ws, host_id, t)
         CROSS JOIN LATERAL raw_observations(k.ws, k.host_id, k.t, k.t) r
         """,

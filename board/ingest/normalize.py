@@ -54,6 +54,7 @@ def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
                 memory_used_mb=g.memoryUsedMb,
                 memory_total_mb=g.memoryTotalMb,
                 holders=compute_holders((p.linuxUser, p.type) for p in g.processes),
+                power_w=g.powerW,
             )
             for g in obs.snapshot.gpus
         ),
@@ -62,12 +63,22 @@ def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
 
 def encode_tick(tick: Tick, since: Mapping[int, int] | None = None) -> str:
     """A host's newest tick as kept on its row: what the next observation's interval needs,
-    and each GPU's stateSince in µs (board.ingest.state_since) as a 7th element."""
+    each GPU's stateSince in µs (board.ingest.state_since; null when unknown) as a 7th
+    element and its power (null when unread) as an 8th. Ticks kept before energy have 6
+    or 7 elements: no power, so their interval adds no energy."""
     starts = since or {}
     return json.dumps(
         [
-            [g.gpu_id, g.state, g.util_pct, g.memory_used_mb, g.memory_total_mb, g.holders]
-            + ([starts[g.gpu_id]] if g.gpu_id in starts else [])
+            [
+                g.gpu_id,
+                g.state,
+                g.util_pct,
+                g.memory_used_mb,
+                g.memory_total_mb,
+                g.holders,
+                starts.get(g.gpu_id),
+                g.power_w,
+            ]
             for g in tick.gpus
         ],
         separators=(",", ":"),
@@ -83,8 +94,8 @@ def decode_tick(host_id: int, observed_us: int, encoded: str) -> Tick:
         host_id=host_id,
         observed_us=observed_us,
         gpus=tuple(
-            GpuTick(gpu_id, state, util, used, total, tuple(holders))
-            for gpu_id, state, util, used, total, holders, *_ in json.loads(encoded)
+            GpuTick(gpu_id, state, util, used, total, tuple(holders), rest[1] if rest[1:] else None)
+            for gpu_id, state, util, used, total, holders, *rest in json.loads(encoded)
         ),
     )
 
@@ -92,6 +103,6 @@ def decode_tick(host_id: int, observed_us: int, encoded: str) -> Tick:
 def decode_since(encoded: str) -> dict[int, int] | None:
     """Each GPU's stateSince (µs) kept in a tick; None when a GPU has none (an older tick)."""
     gpus = json.loads(encoded)
-    if any(len(g) < 7 for g in gpus):
+    if any(len(g) < 7 or g[6] is None for g in gpus):
         return None
     return {int(g[0]): int(g[6]) for g in gpus}

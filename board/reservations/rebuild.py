@@ -26,7 +26,7 @@ from board.hosts.locks import lock_hosts
 from board.reservations.store import HostSpan, load_bookings, write_figures
 from board.rollups.crediting import to_us
 from board.rollups.gaps import load_schedule
-from board.rollups.rebuild import host_ticks
+from board.rollups.rebuild import RebuildResult, host_ticks, rebuild
 
 # Only rows holding booked time: an UPDATE of a GPU-hour row fires its statement
 # triggers (host hours +0, the day marked dirty), so the others are left untouched.
@@ -90,3 +90,16 @@ async def rebuild_figures(
         result.rows += sum(1 for sums in delta.figures.values() if any(sums))
         result.booked_hours += sum(1 for sums in delta.booked.values() if any(sums))
     return result
+
+
+async def rebuild_hours(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, from_: datetime, to: datetime
+) -> tuple[RebuildResult, FigureRebuild]:
+    """The rollups and then the booking figures of the UTC hours in [from_, to), replayed
+    from raw in the caller's transaction: the rollups' rebuild re-inserts the GPU-hour
+    rows, whose booked sums only the figures' rebuild writes again, so the two always go
+    together (a re-judged maxSampleGap, the energy back-fill, `gua-board rollups rebuild`).
+    """
+    rollups = await rebuild(conn, workspace_id, from_, to)
+    figures = await rebuild_figures(conn, workspace_id, from_, to)
+    return rollups, figures

@@ -43,15 +43,50 @@ GPU_COLUMNS = (
     "memory_used_mb_us",
     "memory_total_mb_us",
     "sample_count",
+    # Energy (accounting.md): time whose opener reported a power draw, and watts x µs
+    # (µJ) by the GPU's state; exact integers like the rest, so un-crediting is exact.
+    "energy_covered_us",
+    "active_energy_uws",
+    "idle_held_energy_uws",
+    "idle_energy_uws",
 )
 # ... and per GPU, Linux user and hour, in the order of a RollupDelta.user row.
-USER_COLUMNS = ("held_us", "active_us", "idle_held_us")
-# Slots of those rows (list indexes: the crediting loop is the ingest path's hottest).
-_COVERED, _ACTIVE, _IDLE_HELD, _IDLE, _UTIL, _MEM_USED, _MEM_TOTAL, _SAMPLES = range(
-    len(GPU_COLUMNS)
+USER_COLUMNS = (
+    "held_us",
+    "active_us",
+    "idle_held_us",
+    # The user's share of the energy: held time with a power reading, and µJ by state.
+    "energy_held_us",
+    "active_energy_uws",
+    "idle_held_energy_uws",
 )
-_HELD, _USER_ACTIVE, _USER_IDLE_HELD = range(len(USER_COLUMNS))
+# Slots of those rows (list indexes: the crediting loop is the ingest path's hottest).
+(
+    _COVERED,
+    _ACTIVE,
+    _IDLE_HELD,
+    _IDLE,
+    _UTIL,
+    _MEM_USED,
+    _MEM_TOTAL,
+    _SAMPLES,
+    _ENERGY_COVERED,
+    _ACTIVE_ENERGY,
+    _IDLE_HELD_ENERGY,
+    _IDLE_ENERGY,
+) = range(len(GPU_COLUMNS))
+(
+    _HELD,
+    _USER_ACTIVE,
+    _USER_IDLE_HELD,
+    _USER_ENERGY_HELD,
+    _USER_ACTIVE_ENERGY,
+    _USER_IDLE_HELD_ENERGY,
+) = range(len(USER_COLUMNS))
 _STATE_SLOT = {"active": _ACTIVE, "idle_held": _IDLE_HELD, "idle": _IDLE}
+_ENERGY_SLOT = {"active": _ACTIVE_ENERGY, "idle_held": _IDLE_HELD_ENERGY, "idle": _IDLE_ENERGY}
+_GPU_ROW = len(GPU_COLUMNS)
+_USER_ROW = len(USER_COLUMNS)
 # Billed for a card that is held (active or idle-held) while no compute process is named.
 UNKNOWN_USER = "unknown"
 _NOBODY_NAMED = (UNKNOWN_USER,)
@@ -110,6 +145,8 @@ class GpuTick(NamedTuple):
     memory_used_mb: int
     memory_total_mb: int
     holders: tuple[str, ...]
+    # Watts, or None when the agent could not read it: the interval adds no energy then.
+    power_w: int | None = None
 
 
 class Tick(NamedTuple):
@@ -199,25 +236,36 @@ class RollupDelta:
         for g in opener.gpus:
             row = self.gpu.get((host, g.gpu_id, hour_us))
             if row is None:
-                row = self.gpu[(host, g.gpu_id, hour_us)] = [0] * 8
+                row = self.gpu[(host, g.gpu_id, hour_us)] = [0] * _GPU_ROW
             row[_COVERED] += sign * piece
             row[_STATE_SLOT[g.state]] += sign * piece
             row[_UTIL] += sign * g.util_pct * piece
             row[_MEM_USED] += sign * g.memory_used_mb * piece
             row[_MEM_TOTAL] += sign * g.memory_total_mb * piece
+            power = g.power_w
+            if power is not None:
+                row[_ENERGY_COVERED] += sign * piece
+                row[_ENERGY_SLOT[g.state]] += sign * power * piece
             # billed_users(g.state, g.holders), inlined: the ingest hot path.
             users = g.holders or (_NOBODY_NAMED if g.state != "idle" else ())
             if users:
+                # Each user's share of the time, and of the energy exactly as of the time.
                 share = sign * (piece // len(users))
                 for user in users:
                     urow = self.user.get((host, g.gpu_id, user, hour_us))
                     if urow is None:
-                        urow = self.user[(host, g.gpu_id, user, hour_us)] = [0, 0, 0]
+                        urow = self.user[(host, g.gpu_id, user, hour_us)] = [0] * _USER_ROW
                     urow[_HELD] += share
                     if g.state == "active":
                         urow[_USER_ACTIVE] += share
                     elif g.state == "idle_held":
                         urow[_USER_IDLE_HELD] += share
+                    if power is not None:
+                        urow[_USER_ENERGY_HELD] += share
+                        if g.state == "active":
+                            urow[_USER_ACTIVE_ENERGY] += power * share
+                        elif g.state == "idle_held":
+                            urow[_USER_IDLE_HELD_ENERGY] += power * share
 
     def credit(self, opener: Tick, end_us: int, max_gap_us: int, sign: int = 1) -> None:
         """Credit (sign=1) or un-credit (sign=-1) the interval opened by `opener`."""
@@ -228,7 +276,7 @@ class RollupDelta:
         for g in tick.gpus:
             row = self.gpu.get((tick.host_id, g.gpu_id, hour))
             if row is None:
-                row = self.gpu[(tick.host_id, g.gpu_id, hour)] = [0] * 8
+                row = self.gpu[(tick.host_id, g.gpu_id, hour)] = [0] * _GPU_ROW
             row[_SAMPLES] += 1
 
     def credit_insertion(
@@ -258,16 +306,19 @@ def gpu_ticks(
     process_gpus: list[int],
     process_users: list[str],
     process_types: list[str],
+    powers: Sequence[int | None] | None = None,
 ) -> tuple[GpuTick, ...]:
     """One stored observation's GPUs as ticks, from its raw arrays: each with its compute
-    holders, in GPU id order (an error heartbeat has none)."""
+    holders, in GPU id order (an error heartbeat has none); `powers` the GPUs' watts
+    (None: the reader needs no energy)."""
     users: dict[int, list[tuple[str, str]]] = defaultdict(list)
     for gpu_id, user, ptype in zip(process_gpus, process_users, process_types, strict=True):
         users[gpu_id].append((user, ptype))
+    watts = powers if powers is not None else [None] * len(gpu_ids)
     ticks = [
-        GpuTick(gpu_id, state, util, mem, total, compute_holders(users.get(gpu_id, ())))
-        for gpu_id, state, util, mem, total in zip(
-            gpu_ids, states, utils, used, totals, strict=True
+        GpuTick(gpu_id, state, util, mem, total, compute_holders(users.get(gpu_id, ())), power)
+        for gpu_id, state, util, mem, total, power in zip(
+            gpu_ids, states, utils, used, totals, watts, strict=True
         )
     ]
     ticks.sort(key=lambda g: g.gpu_id)

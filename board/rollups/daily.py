@@ -23,6 +23,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
 from board.hosts.locks import lock_hosts
+from board.rollups.crediting import GPU_COLUMNS, USER_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,11 @@ class GpuDayRollup(Base):
     memory_used_mb_us: Mapped[int] = mapped_column(BigInteger)
     memory_total_mb_us: Mapped[int] = mapped_column(BigInteger)
     sample_count: Mapped[int] = mapped_column(BigInteger)
+    # Energy (board.rollups.crediting.GPU_COLUMNS): 0 for hours credited before it.
+    energy_covered_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    active_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "gpu_id", "day_start"),
@@ -60,6 +66,10 @@ class UserDayRollup(Base):
     held_us: Mapped[int] = mapped_column(BigInteger)
     active_us: Mapped[int] = mapped_column(BigInteger)
     idle_held_us: Mapped[int] = mapped_column(BigInteger)
+    # The user's share of the energy (board.rollups.crediting.USER_COLUMNS).
+    energy_held_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    active_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "gpu_id", "linux_user", "day_start"),
@@ -165,6 +175,14 @@ async def _refresh_some(
     return len(days)
 
 
+_GPU_SUMS = ", ".join(GPU_COLUMNS)
+_USER_SUMS = ", ".join(USER_COLUMNS)
+
+
+def _summed(columns: tuple[str, ...]) -> str:
+    return ", ".join(f"sum(h.{c})" for c in columns)
+
+
 _DAYS = (
     "JOIN unnest(%(days)s::timestamptz[]) AS d(day) ON h.hour_start >= d.day "
     "AND h.hour_start < d.day + interval '1 day'"
@@ -180,21 +198,17 @@ _REFRESH = (
     "DELETE FROM gpu_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     "DELETE FROM user_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     f"""
-    INSERT INTO gpu_day_rollups (workspace_id, gpu_id, day_start, host_id, covered_us,
-        active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us, memory_total_mb_us,
-        sample_count)
-    SELECT h.workspace_id, h.gpu_id, d.day, max(h.host_id), sum(h.covered_us),
-           sum(h.active_us), sum(h.idle_held_us), sum(h.idle_us), sum(h.util_pct_us),
-           sum(h.memory_used_mb_us), sum(h.memory_total_mb_us), sum(h.sample_count)
+    INSERT INTO gpu_day_rollups (workspace_id, gpu_id, day_start, host_id, {_GPU_SUMS})
+    SELECT h.workspace_id, h.gpu_id, d.day, max(h.host_id), {_summed(GPU_COLUMNS)}
     FROM gpu_hour_rollups h {_DAYS}
     WHERE h.workspace_id = %(ws)s
     GROUP BY h.workspace_id, h.gpu_id, d.day
     """,
     f"""
     INSERT INTO user_day_rollups (workspace_id, gpu_id, linux_user, day_start, host_id,
-        held_us, active_us, idle_held_us)
-    SELECT h.workspace_id, h.gpu_id, h.linux_user, d.day, max(h.host_id), sum(h.held_us),
-           sum(h.active_us), sum(h.idle_held_us)
+        {_USER_SUMS})
+    SELECT h.workspace_id, h.gpu_id, h.linux_user, d.day, max(h.host_id),
+           {_summed(USER_COLUMNS)}
     FROM user_hour_rollups h {_DAYS}
     WHERE h.workspace_id = %(ws)s
     GROUP BY h.workspace_id, h.gpu_id, h.linux_user, d.day

@@ -34,6 +34,11 @@ class GpuHourRollup(Base):
     memory_used_mb_us: Mapped[int] = mapped_column(BigInteger)
     memory_total_mb_us: Mapped[int] = mapped_column(BigInteger)
     sample_count: Mapped[int] = mapped_column(BigInteger)
+    # Energy (board.rollups.crediting.GPU_COLUMNS): 0 for hours credited before it.
+    energy_covered_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    active_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
     # Booked time, when the hour lies wholly inside one booking of this GPU (at most one:
     # bookings of a GPU never overlap): how it was spent, as reservation_hour_figures
     # counts a booking's partial hours (board.reservations.crediting).
@@ -61,6 +66,10 @@ class UserHourRollup(Base):
     held_us: Mapped[int] = mapped_column(BigInteger)
     active_us: Mapped[int] = mapped_column(BigInteger)
     idle_held_us: Mapped[int] = mapped_column(BigInteger)
+    # The user's share of the energy (board.rollups.crediting.USER_COLUMNS).
+    energy_held_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    active_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "gpu_id", "linux_user", "hour_start"),
@@ -92,6 +101,11 @@ class HostHourRollup(Base):
     memory_used_mb_us: Mapped[int] = mapped_column(BigInteger)
     memory_total_mb_us: Mapped[int] = mapped_column(BigInteger)
     sample_count: Mapped[int] = mapped_column(BigInteger)
+    # Energy (board.rollups.crediting.GPU_COLUMNS): 0 for hours credited before it.
+    energy_covered_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    active_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_energy_uws: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "host_id", "hour_start"),

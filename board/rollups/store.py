@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from board.db.pgtext import int_array, text_array
-from board.rollups.crediting import GPU_COLUMNS, HOUR_US, GpuHourKey, RollupDelta
+from board.rollups.crediting import GPU_COLUMNS, HOUR_US, USER_COLUMNS, GpuHourKey, RollupDelta
 
 # Booked time of a GPU hour that lies wholly inside one booking (how it was spent, µs;
 # board.reservations.crediting routes it here), in the order of a booked row.
@@ -45,19 +45,25 @@ def _gpu_hours_upsert(columns: tuple[str, ...]) -> str:
 _UPSERT_GPU_HOURS = _gpu_hours_upsert(GPU_COLUMNS)
 _UPSERT_BOOKED_GPU_HOURS = _gpu_hours_upsert(GPU_COLUMNS + BOOKED_COLUMNS)
 
-_UPSERT_USER_HOURS = """
+
+def _user_hours_upsert() -> str:
+    """Add each row's sums to its user hour."""
+    names = ", ".join(USER_COLUMNS)
+    arrays = ", ".join(
+        ["%s::bigint[]", "%s::bigint[]", "%s::text[]"] + ["%s::bigint[]"] * (2 + len(USER_COLUMNS))
+    )
+    added = ",\n        ".join(f"{c} = r.{c} + EXCLUDED.{c}" for c in USER_COLUMNS)
+    return f"""
     INSERT INTO user_hour_rollups AS r (workspace_id, gpu_id, linux_user, hour_start,
-        host_id, held_us, active_us, idle_held_us)
-    SELECT ws, gpu_id, linux_user, to_timestamp(hour * 3600), host_id, held_us, active_us,
-           idle_held_us
-    FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[],
-                %s::bigint[], %s::bigint[], %s::bigint[])
-         AS d(ws, gpu_id, linux_user, hour, host_id, held_us, active_us, idle_held_us)
+        host_id, {names})
+    SELECT ws, gpu_id, linux_user, to_timestamp(hour * 3600), host_id, {names}
+    FROM unnest({arrays}) AS d(ws, gpu_id, linux_user, hour, host_id, {names})
     ON CONFLICT (workspace_id, gpu_id, linux_user, hour_start) DO UPDATE SET
-        held_us = r.held_us + EXCLUDED.held_us,
-        active_us = r.active_us + EXCLUDED.active_us,
-        idle_held_us = r.idle_held_us + EXCLUDED.idle_held_us
+        {added}
 """
+
+
+_UPSERT_USER_HOURS = _user_hours_upsert()
 
 
 def gpu_hour_params(

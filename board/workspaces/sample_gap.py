@@ -19,8 +19,8 @@ import psycopg
 
 from board.errors import Conflict, Unprocessable
 from board.hosts.locks import lock_hosts
-from board.reservations.rebuild import rebuild_figures
-from board.rollups.rebuild import rebuild, rebuildable_from
+from board.reservations.rebuild import rebuild_hours
+from board.rollups.rebuild import rebuildable_from
 
 HOUR = timedelta(hours=1)
 # A history this long is a script gone wrong, not a lab: every ingest batch reads it.
@@ -116,5 +116,4 @@ async def _rejudge(conn: psycopg.AsyncConnection[Any], workspace_id: int, start:
     if newest is None or newest < start:
         return
     begin, end = _floor_hour(start), _floor_hour(newest) + HOUR
-    await rebuild(conn, workspace_id, begin, end)
-    await rebuild_figures(conn, workspace_id, begin, end)
+    await rebuild_hours(conn, workspace_id, begin, end)

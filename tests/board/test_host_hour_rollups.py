@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from board.db.urls import libpq_url
+from board.rollups.crediting import GPU_COLUMNS
 from board.rollups.daily import refresh_day_rollups
 from board.rollups.rebuild import rebuild
 from board.rollups.retention import drop_expired_rollups
@@ -26,10 +27,8 @@ from tests.board.test_reports_builders import (
     workspace_id,
 )
 
-SUMS = (
-    "covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us, "
-    "memory_total_mb_us, sample_count"
-)
+# Every sum a GPU hour keeps, energy included: the trigger must carry each one.
+SUMS = ", ".join(GPU_COLUMNS)
 
 
 async def host_hours(conn: psycopg.AsyncConnection[Any], ws: int) -> list[tuple[Any, ...]]:

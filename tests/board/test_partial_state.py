@@ -232,10 +232,11 @@ def test_every_way_of_obtaining_a_tick_bills_the_same() -> None:
     assert direct.user == again.user
     minute = 60_000_000
     assert direct.user == {
-        (7, 1, "unknown", 36_000_000_000): [minute, minute, 0],
-        (7, 2, "unknown", 36_000_000_000): [minute, 0, minute],
-        (7, 4, "bob", 36_000_000_000): [minute, 0, minute],
+        # held, active, idle-held; then the energy shares (no power read: none).
+        (7, 1, "unknown", 36_000_000_000): [minute, minute, 0, 0, 0, 0],
+        (7, 2, "unknown", 36_000_000_000): [minute, 0, minute, 0, 0, 0],
+        (7, 4, "bob", 36_000_000_000): [minute, 0, minute, 0, 0, 0],
     }
     # Un-crediting is the exact inverse, the unknown rows included.
     direct.credit(tick, end, 120_000_000, sign=-1)
-    assert all(v == [0, 0, 0] for v in direct.user.values())
+    assert all(v == [0] * 6 for v in direct.user.values())

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from board.rollups.crediting import GPU_COLUMNS, USER_COLUMNS
 from board.runtime import Runtime
 from board.workspaces import service as workspaces
 from tests.board.builders import Tenant
@@ -37,6 +38,7 @@ def gpu(
     procs: list[dict[str, Any]] | None = None,
     used: int = 1000,
     total: int = 10000,
+    power: int | None = 100,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "index": index,
@@ -46,7 +48,7 @@ def gpu(
         "memoryUsedMb": used,
         "utilPct": util,
         "temperatureC": 40,
-        "powerW": 100,
+        "powerW": power,
         "processes": procs or [],
     }
     if state is not None:
@@ -124,28 +126,30 @@ async def workspace_id(conn: psycopg.AsyncConnection[Any], slug: str) -> int:
     return int(row[0])
 
 
+_GPU = ", ".join(GPU_COLUMNS)
+_USER = ", ".join(USER_COLUMNS)
+
+
 async def rollup_rows(
     conn: psycopg.AsyncConnection[Any], ws: int
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Both rollup tables of a workspace, row by row; all-zero rows (a credit and its
-    exact un-credit after a re-split) are the same as no row."""
+    """Both rollup tables of a workspace, row by row, every sum (energy included); all-zero
+    rows (a credit and its exact un-credit after a re-split) are the same as no row."""
     cur = await conn.execute(
-        """
-        SELECT gpu_id, hour_start, host_id, covered_us, active_us, idle_held_us, idle_us,
-               util_pct_us, memory_used_mb_us, memory_total_mb_us, sample_count
+        f"""
+        SELECT gpu_id, hour_start, host_id, {_GPU}
         FROM gpu_hour_rollups WHERE workspace_id = %s
-          AND (covered_us, active_us, idle_held_us, idle_us, util_pct_us, memory_used_mb_us,
-               memory_total_mb_us, sample_count) <> (0, 0, 0, 0, 0, 0, 0, 0)
+          AND ({_GPU}) <> ({", ".join(["0"] * len(GPU_COLUMNS))})
         ORDER BY gpu_id, hour_start
         """,
         [ws],
     )
     gpu_rows = await cur.fetchall()
     cur = await conn.execute(
-        """
-        SELECT gpu_id, linux_user, hour_start, host_id, held_us, active_us, idle_held_us
+        f"""
+        SELECT gpu_id, linux_user, hour_start, host_id, {_USER}
         FROM user_hour_rollups WHERE workspace_id = %s
-          AND (held_us, active_us, idle_held_us) <> (0, 0, 0)
+          AND ({_USER}) <> ({", ".join(["0"] * len(USER_COLUMNS))})
         ORDER BY gpu_id, linux_user, hour_start
         """,
         [ws],
@@ -153,45 +157,44 @@ async def rollup_rows(
     return gpu_rows, await cur.fetchall()
 
 
+def _sums(columns: tuple[str, ...], alias: str = "") -> str:
+    return ", ".join(f"{alias}{c}" for c in columns)
+
+
 async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> list[Any]:
     """Clean days whose day rows differ from the sum of their hour rows (should be none);
     days marked dirty may differ: reports read their hours."""
+    gpu_sums = ", ".join(f"sum({c}) AS {c}" for c in GPU_COLUMNS)
+    user_sums = ", ".join(f"sum({c}) AS {c}" for c in USER_COLUMNS)
+    gpu_zero = ", ".join(["0"] * len(GPU_COLUMNS))
+    user_zero = ", ".join(["0"] * len(USER_COLUMNS))
     cur = await conn.execute(
-        """
+        f"""
         SELECT * FROM (
         WITH hours AS (
-            SELECT gpu_id, date_trunc('day', hour_start, 'UTC') AS day_start,
-                   sum(covered_us) AS c, sum(active_us) AS a, sum(idle_held_us) AS ih,
-                   sum(idle_us) AS i, sum(util_pct_us) AS u, sum(memory_used_mb_us) AS mu,
-                   sum(memory_total_mb_us) AS mt, sum(sample_count) AS n
+            SELECT gpu_id, date_trunc('day', hour_start, 'UTC') AS day_start, {gpu_sums}
             FROM gpu_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1, 2
         ), days AS (
-            SELECT gpu_id, day_start, covered_us AS c, active_us AS a, idle_held_us AS ih,
-                   idle_us AS i, util_pct_us AS u, memory_used_mb_us AS mu,
-                   memory_total_mb_us AS mt, sample_count AS n
+            SELECT gpu_id, day_start, {_GPU}
             FROM gpu_day_rollups WHERE workspace_id = %(ws)s
         ), user_hours AS (
             SELECT gpu_id, linux_user, date_trunc('day', hour_start, 'UTC') AS day_start,
-                   sum(held_us) AS h, sum(active_us) AS a, sum(idle_held_us) AS ih
+                   {user_sums}
             FROM user_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1, 2, 3
         ), user_days AS (
-            SELECT gpu_id, linux_user, day_start, held_us AS h, active_us AS a,
-                   idle_held_us AS ih
+            SELECT gpu_id, linux_user, day_start, {_USER}
             FROM user_day_rollups WHERE workspace_id = %(ws)s
         )
         SELECT 'gpu', gpu_id::text, day_start FROM hours FULL JOIN days USING (gpu_id, day_start)
-        WHERE (hours.c, hours.a, hours.ih, hours.i, hours.u, hours.mu, hours.mt, hours.n)
-              IS DISTINCT FROM (days.c, days.a, days.ih, days.i, days.u, days.mu, days.mt, days.n)
-          AND NOT (hours.gpu_id IS NULL
-                   AND (days.c, days.a, days.ih, days.i, days.u, days.mu, days.mt, days.n)
-                       = (0, 0, 0, 0, 0, 0, 0, 0))
+        WHERE ({_sums(GPU_COLUMNS, "hours.")}) IS DISTINCT FROM ({_sums(GPU_COLUMNS, "days.")})
+          AND NOT (hours.gpu_id IS NULL AND ({_sums(GPU_COLUMNS, "days.")}) = ({gpu_zero}))
         UNION ALL
         SELECT 'user', gpu_id || '/' || linux_user, day_start
         FROM user_hours FULL JOIN user_days USING (gpu_id, linux_user, day_start)
-        WHERE (user_hours.h, user_hours.a, user_hours.ih)
-              IS DISTINCT FROM (user_days.h, user_days.a, user_days.ih)
+        WHERE ({_sums(USER_COLUMNS, "user_hours.")})
+              IS DISTINCT FROM ({_sums(USER_COLUMNS, "user_days.")})
           AND NOT (user_hours.gpu_id IS NULL
-                   AND (user_days.h, user_days.a, user_days.ih) = (0, 0, 0))
+                   AND ({_sums(USER_COLUMNS, "user_days.")}) = ({user_zero}))
         ) AS differing (kind, key, day_start)
         WHERE NOT EXISTS (SELECT 1 FROM rollup_dirty_days m
                           WHERE m.workspace_id = %(ws)s AND m.day_start = differing.day_start)

@@ -46,8 +46,12 @@ _procs: st.SearchStrategy[list[tuple[str, str | None]]] = st.one_of(
     st.just([]),
     st.lists(st.tuples(_users, st.sampled_from([None, "compute", "graphics"])), max_size=3),
 )
+# Power: a reading (energy), or none (the interval adds covered time but no energy).
 _gpu = st.tuples(
-    st.integers(0, 100), st.sampled_from([None, "active", "idle_held", "idle"]), _procs
+    st.integers(0, 100),
+    st.sampled_from([None, "active", "idle_held", "idle"]),
+    _procs,
+    st.one_of(st.none(), st.integers(0, 700)),
 )
 # Steps around the default maxSampleGap of 120 s, and some that cross hours.
 _step = st.tuples(
@@ -60,9 +64,11 @@ _step = st.tuples(
 _series = st.lists(_step, min_size=1, max_size=10)
 
 
-def _gpu_body(index: int, spec: tuple[int, str | None, list[tuple[str, str | None]]]) -> Any:
-    util, state, procs = spec
-    return gpu(index, util=util, state=state, procs=[proc(u, t) for u, t in procs])
+def _gpu_body(
+    index: int, spec: tuple[int, str | None, list[tuple[str, str | None]], int | None]
+) -> Any:
+    util, state, procs, power = spec
+    return gpu(index, util=util, state=state, procs=[proc(u, t) for u, t in procs], power=power)
 
 
 def _bodies(steps: list[Any], base: datetime) -> list[dict[str, Any]]:
@@ -89,7 +95,8 @@ async def _named_rollups(conn: psycopg.AsyncConnection[Any], ws: int) -> dict[st
         """
         SELECT h.display_name, g.uuid, r.hour_start, r.covered_us, r.active_us,
                r.idle_held_us, r.idle_us, r.util_pct_us, r.memory_used_mb_us,
-               r.memory_total_mb_us, r.sample_count
+               r.memory_total_mb_us, r.sample_count, r.energy_covered_us, r.active_energy_uws,
+               r.idle_held_energy_uws, r.idle_energy_uws
         FROM gpu_hour_rollups r
         JOIN gpus g ON g.workspace_id = r.workspace_id AND g.id = r.gpu_id
         JOIN hosts h ON h.workspace_id = r.workspace_id AND h.id = r.host_id
@@ -103,7 +110,7 @@ async def _named_rollups(conn: psycopg.AsyncConnection[Any], ws: int) -> dict[st
     cur = await conn.execute(
         """
         SELECT h.display_name, g.uuid, r.linux_user, r.hour_start, r.held_us, r.active_us,
-               r.idle_held_us
+               r.idle_held_us, r.energy_held_us, r.active_energy_uws, r.idle_held_energy_uws
         FROM user_hour_rollups r
         JOIN gpus g ON g.workspace_id = r.workspace_id AND g.id = r.gpu_id
         JOIN hosts h ON h.workspace_id = r.workspace_id AND h.id = r.host_id
