@@ -268,3 +268,23 @@ def test_no_route_returns_an_untyped_dict() -> None:
         if typing.get_origin(returned) is dict or returned is dict:
             untyped.append(f"{sorted(route.methods)} {route.path} -> {returned}")
     assert not untyped, "routes returning plain dicts:\n" + "\n".join(untyped)
+
+
+def test_the_architecture_doc_lists_each_package_with_its_tables() -> None:
+    """docs/architecture.md's module table: every domain package, each table in its
+    owner's row (the doc describes the code as it is)."""
+    doc = (BOARD.parent / "docs" / "architecture.md").read_text()
+    rows = {
+        match.group(1): match.group(0)
+        for match in re.finditer(r"^\| `board/([a-z_]+)[^`]*`[^|]*\|.*$", doc, re.MULTILINE)
+    }
+    packages = {p.name for p in BOARD.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    missing = sorted(packages - set(rows))
+    assert not missing, f"packages missing from docs/architecture.md: {missing}"
+    misplaced = sorted(
+        f"{table} ({owner})"
+        for table, owner in owned_tables().items()
+        if owner in rows and f"`{table}`" not in rows[owner]
+    )
+    assert not misplaced, f"tables not listed in their package's row: {misplaced}"
+
