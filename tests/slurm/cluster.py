@@ -167,7 +167,11 @@ class SlurmCluster:
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60) -> str:
         done = subprocess.run(
-            argv, env=self.env(), capture_output=True, text=True, timeout=timeout,
+            argv,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             cwd=self.work,
         )
         if check and done.returncode != 0:
@@ -260,7 +264,8 @@ class SlurmCluster:
     def hook(self, context: str, script: str, name: str = "50-test") -> Iterator[Path]:
         """Run `script` (a full executable text, #! line included) in `context`
         (prolog_slurmd, epilog_slurmd, prolog_slurmctld, epilog_slurmctld) while inside."""
-        assert self.layout is not None and context in config.CONTEXTS
+        assert self.layout is not None
+        assert context in config.CONTEXTS, f"{context} is none of {config.CONTEXTS}"
         path = self.layout.hooks / context / name
         staged = path.with_name(f".{name}")
         staged.write_text(script)
@@ -373,7 +378,11 @@ class SlurmCluster:
         assert self.layout is not None
         out = (self.layout.log / f"{name}.out").open("wb")
         self.processes[name] = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=self.layout.log,
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            cwd=self.layout.log,
             start_new_session=True,
         )
         out.close()
@@ -385,9 +394,7 @@ class SlurmCluster:
 
     def _controller_up(self) -> bool:
         self._check_alive()
-        ping = subprocess.run(
-            ["scontrol", "ping"], env=self.env(), capture_output=True, text=True
-        )
+        ping = subprocess.run(["scontrol", "ping"], env=self.env(), capture_output=True, text=True)
         return "is UP" in ping.stdout
 
     def _stop_process(self, name: str) -> None:

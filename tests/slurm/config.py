@@ -70,7 +70,100 @@ class Layout:
         return self.root / "hooks"
 
     @property
-    def hook_script(layout: Layout) -> str:
+    def hook_script(self) -> Path:
+        return self.root / "bin" / "hook"
+
+    @property
+    def work(self) -> Path:
+        """The jobs' working folder (world-writable: jobs may run as another user)."""
+        return self.root / "work"
+
+    def device(self, node: Node, minor: int) -> Path:
+        return self.root / "dev" / node.name / f"nvidia{minor}"
+
+
+def slurm_conf(layout: Layout) -> str:
+    root, hook = layout.root, layout.hook_script
+    if layout.cgroup:
+        tracking = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup"
+    else:
+        tracking = "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none"
+    nodes = "\n".join(
+        f"NodeName={n.name} NodeHostname={layout.hostname} NodeAddr=127.0.0.1 "
+        f"Port={n.port} CPUs={layout.cpus_per_node} RealMemory=1000 "
+        f"Gres=gpu:{len(n.gpu_minors)} State=UNKNOWN"
+        for n in layout.nodes
+    )
+    names = ",".join(n.name for n in layout.nodes)
+    return f"""\
+ClusterName={layout.cluster_name}
+SlurmctldHost={layout.hostname}(127.0.0.1)
+SlurmctldPort={layout.controller_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# Our own munged; cred_expire also sets how long a requeued job waits before it may start.
+AuthInfo=socket={layout.munge_socket},cred_expire={layout.cred_expire_s}
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={layout.run}/slurmctld.pid
+SlurmdPidFile={layout.run}/slurmd-%n.pid
+SlurmctldLogFile={layout.log}/slurmctld.log
+SlurmdLogFile={layout.log}/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+DebugFlags=Gres
+MailProg=/bin/true
+MpiDefault=none
+{tracking}
+JobAcctGatherType=jobacct_gather/none
+# No slurmdbd (it needs MariaDB): no sacct, and no AccountingStorageTRES=gres/gpu
+# (slurmctld refuses it without slurmdbd). The completion log is a plain text file.
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/jobcomp.log
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+# The test declares more CPUs than a small machine has, so jobs do not queue on CPUs.
+SlurmdParameters=config_overrides
+ReturnToService=2
+FirstJobId={layout.first_job_id}
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+KillWait=2
+MinJobAge=600
+PrologFlags={layout.prolog_flags}
+Prolog={hook}
+Epilog={hook}
+PrologSlurmctld={hook}
+EpilogSlurmctld={hook}
+{nodes}
+PartitionName=gpu Nodes={names} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def gres_conf(layout: Layout) -> str:
+    lines = []
+    for node in layout.nodes:
+        files = ",".join(str(layout.device(node, m)) for m in node.gpu_minors)
+        lines.append(f"NodeName={node.name} Name=gpu File={files}")
+    return "\n".join(lines) + "\n"
+
+
+def cgroup_conf(layout: Layout) -> str:
+    return f"""\
+CgroupPlugin=cgroup/{layout.cgroup}
+CgroupMountpoint=/sys/fs/cgroup
+CgroupAutomount=no
+ConstrainDevices=yes
+ConstrainCores=no
+ConstrainRAMSpace=no
+"""
+
+
+def hook_script(layout: Layout) -> str:
     """Prolog, Epilog, PrologSlurmctld and EpilogSlurmctld in one: record the environment
     Slurm gives (NUL-separated, written whole), then run the tests' hooks for the context.
     Records are numbered per job and node in the order they ran (<job>@<node>.<n>.env):
