@@ -80,8 +80,15 @@ class SlurmCluster:
         cpus_per_node: int = 8,
         cgroup: str | None = "auto",
         prolog_flags: str = "Alloc",
+        pci_order: tuple[int, ...] | None = None,
     ) -> None:
+        """`gpu_minors`: the device files gres.conf lists, in that order. `pci_order`:
+        instead of gres.conf's File=, GPUs found as AutoDetect=nvml finds them (Slurm's
+        fake_gpus.conf), NVML enumerating these minors in this order."""
+        if pci_order is not None:
+            gpu_minors = tuple(sorted(pci_order))
         self._options = (cluster_name, node_names, gpu_minors, cpus_per_node, prolog_flags)
+        self._pci_order = pci_order
         self._cgroup = cgroup
         self.layout: Layout | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -319,6 +326,7 @@ class SlurmCluster:
             first_job_id=random.randrange(1, 900) * 1000,
             cgroup=cgroup,
             prolog_flags=prolog_flags,
+            pci_order=self._pci_order,
         )
         for folder in ("etc", "run", "state", "log", "records", "bin"):
             (root / folder).mkdir(mode=0o755)
@@ -332,6 +340,8 @@ class SlurmCluster:
             self._make_devices(layout, node)
         layout.slurm_conf.write_text(config.slurm_conf(layout))
         (layout.etc / "gres.conf").write_text(config.gres_conf(layout))
+        if layout.pci_order is not None:
+            (layout.etc / "fake_gpus.conf").write_text(config.fake_gpus_conf(layout))
         if cgroup:
             (layout.etc / "cgroup.conf").write_text(config.cgroup_conf(layout))
         layout.hook_script.write_text(config.hook_script(layout))

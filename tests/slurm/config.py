@@ -36,6 +36,8 @@ class Layout:
     cgroup: str | None
     prolog_flags: str = "Alloc"
     cred_expire_s: int = 10
+    # Emulate AutoDetect=nvml: the GPUs as NVML enumerates them (PCI bus order), by minor.
+    pci_order: tuple[int, ...] | None = None
 
     @property
     def etc(self) -> Path:
@@ -145,10 +147,29 @@ PartitionName=gpu Nodes={names} Default=YES MaxTime=INFINITE State=UP
 
 
 def gres_conf(layout: Layout) -> str:
+    if layout.pci_order is not None:
+        return "# The GPUs come from fake_gpus.conf, as from AutoDetect=nvml.\n"
     lines = []
     for node in layout.nodes:
         files = ",".join(str(layout.device(node, m)) for m in node.gpu_minors)
         lines.append(f"NodeName={node.name} Name=gpu File={files}")
+    return "\n".join(lines) + "\n"
+
+
+def fake_gpus_conf(layout: Layout) -> str:
+    """Slurm's own test hook for GPU autodetection (read by gres/gpu when the file
+    exists): type|cpu_count|cpu_range|links|device_file. The -1 in `links` is the GPU's
+    place in NVML's enumeration, which Slurm sorts by, as it does with AutoDetect=nvml.
+    Lines are written in minor order, so any other order comes from the links alone."""
+    assert layout.pci_order is not None
+    count = len(layout.pci_order)
+    lines = []
+    for node in layout.nodes:
+        for minor in sorted(layout.pci_order):
+            place = layout.pci_order.index(minor)
+            links = ",".join("-1" if i == place else "0" for i in range(count))
+            device = layout.device(node, minor)
+            lines.append(f"tesla|{layout.cpus_per_node}|(null)|{links}|{device}")
     return "\n".join(lines) + "\n"
 
 

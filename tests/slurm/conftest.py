@@ -8,7 +8,8 @@ and say why; in CI (CI=true) that is a failure instead, since CI installs Slurm
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -46,3 +47,22 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     """The session's cluster, with no job, no hook and every node idle after the test."""
     yield slurm_cluster
     slurm_cluster.reset()
+
+
+@pytest.fixture
+def start_slurm() -> Iterator[Callable[..., SlurmCluster]]:
+    """Start a cluster of one's own (SlurmCluster's options), stopped after the test."""
+    started: list[SlurmCluster] = []
+
+    def start(**options: Any) -> SlurmCluster:
+        cluster = SlurmCluster(**options)
+        try:
+            cluster.start()
+        except SlurmUnavailable as error:
+            _unavailable(str(error))
+        started.append(cluster)
+        return cluster
+
+    yield start
+    for cluster in started:
+        cluster.stop()

@@ -18,7 +18,7 @@ LONG = "sleep 300"  # ended by the fixture's reset, never by its own time
 
 
 def indices(text: str) -> list[int]:
-    """"0-1,3" (a GRES IDX list, SLURM_JOB_GPUS) -> [0, 1, 3]."""
+    """ "0-1,3" (a GRES IDX list, SLURM_JOB_GPUS) -> [0, 1, 3]."""
     found: list[int] = []
     for part in text.split(","):
         low, _, high = part.partition("-")
@@ -198,9 +198,10 @@ def test_a_test_hook_runs_in_the_prolog(slurm: SlurmCluster, tmp_path: Path) -> 
     with slurm.hook("prolog_slurmd", script):
         job_id = slurm.sbatch("--gres=gpu:1", wrap="true")
         job = slurm.wait_job(job_id, "COMPLETED")
-    assert seen.read_text().split() == [job_id, slurm.records("prolog_slurmd", job_id)[
-        job["nodes"]
-    ]["SLURM_JOB_GPUS"]]
+    assert seen.read_text().split() == [
+        job_id,
+        slurm.records("prolog_slurmd", job_id)[job["nodes"]]["SLURM_JOB_GPUS"],
+    ]
 
 
 def test_a_job_process_names_its_job_in_its_cgroup(slurm: SlurmCluster) -> None:
