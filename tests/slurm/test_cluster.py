@@ -218,3 +218,23 @@ def test_a_job_process_names_its_job_in_its_cgroup(slurm: SlurmCluster) -> None:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
         freezer = next(line for line in lines if ":freezer:" in line)
         assert freezer.endswith(f":/slurm_{node}/uid_0/job_{job_id}/step_batch"), lines
+
+
+def test_inside_the_job_cuda_counts_from_zero_and_slurm_job_gpus_keeps_the_idx(
+    slurm: SlurmCluster,
+) -> None:
+    """With ConstrainDevices the job's CUDA_VISIBLE_DEVICES is renumbered from 0; only
+    SLURM_JOB_GPUS (and the prolog's variables) carry the node's IDX."""
+    if not slurm.cgroup:
+        pytest.skip(f"jobs run without cgroups here: {slurm.no_cgroup_reason}")
+    slurm.sbatch("-w", "node1", "--gres=gpu:2", wrap=LONG)
+    script = 'echo "cuda=$CUDA_VISIBLE_DEVICES gpus=$SLURM_JOB_GPUS"; sleep 300'
+    job_id = slurm.sbatch("-w", "node1", "--gres=gpu:1", wrap=script)
+    job = slurm.wait_job(job_id, "RUNNING")
+    [idx] = idx_of(job["gres_detail"][0])
+    assert idx in (2, 3)  # the first job holds two of node1's four
+    out = slurm.work / f"slurm-{job_id}.out"
+    text = wait_until(lambda: out.exists() and "gpus=" in (t := out.read_text()) and t, f"{out}")
+    assert text.split() == ["cuda=0", f"gpus={idx}"]
+    prolog = slurm.wait_records("prolog_slurmd", job_id)["node1"]
+    assert prolog["CUDA_VISIBLE_DEVICES"] == prolog["SLURM_JOB_GPUS"] == str(idx)
