@@ -214,8 +214,16 @@ def test_a_job_process_names_its_job_in_its_cgroup(slurm: SlurmCluster) -> None:
         out = slurm.run("scontrol", "listpids", job_id, check=False)
         return [int(line.split()[0]) for line in out.splitlines()[1:] if line.strip()]
 
-    for pid in wait_until(pids, f"the processes of job {job_id}"):
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    def cgroups() -> list[list[str]]:
+        found = []
+        for pid in pids():
+            try:  # listpids may name a short-lived helper that is gone by now
+                found.append(Path(f"/proc/{pid}/cgroup").read_text().splitlines())
+            except FileNotFoundError:
+                continue
+        return found
+
+    for lines in wait_until(cgroups, f"the cgroups of job {job_id}'s processes"):
         freezer = next(line for line in lines if ":freezer:" in line)
         assert freezer.endswith(f":/slurm_{node}/uid_0/job_{job_id}/step_batch"), lines
 
@@ -238,3 +246,17 @@ def test_inside_the_job_cuda_counts_from_zero_and_slurm_job_gpus_keeps_the_idx(
     assert text.split() == ["cuda=0", f"gpus={idx}"]
     prolog = slurm.wait_records("prolog_slurmd", job_id)["node1"]
     assert prolog["CUDA_VISIBLE_DEVICES"] == prolog["SLURM_JOB_GPUS"] == str(idx)
+
+
+def test_gres_indices_need_not_be_contiguous(slurm: SlurmCluster) -> None:
+    held = [slurm.sbatch("-w", "node1", "--gres=gpu:1", wrap=LONG) for _ in range(3)]
+    by_idx = {idx_of(slurm.wait_job(j, "RUNNING")["gres_detail"][0])[0]: j for j in held}
+    assert sorted(by_idx) == [0, 1, 2]
+    slurm.run("scancel", by_idx[1])
+    slurm.wait_job(by_idx[1], "CANCELLED")
+    job_id = slurm.sbatch("-w", "node1", "--gres=gpu:2", wrap=LONG)
+    job = slurm.wait_job(job_id, "RUNNING")
+    assert job["gres_detail"] == ["gpu:2(IDX:1,3)"]
+    assert "GRES=gpu:2(IDX:1,3)" in slurm.show_job(job_id)
+    prolog = slurm.wait_records("prolog_slurmd", job_id)["node1"]
+    assert prolog["SLURM_JOB_GPUS"] == "1,3"
