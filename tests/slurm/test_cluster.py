@@ -36,7 +36,6 @@ def idx_of(gres_detail: str) -> list[int]:
 def test_cluster_has_two_nodes_of_four_gpus(slurm: SlurmCluster) -> None:
     out = slurm.run("sinfo", "-h", "-N", "-o", "%N %G %T")
     assert sorted(out.split("\n")[:-1]) == ["node1 gpu:4 idle", "node2 gpu:4 idle"]
-    assert slurm.started_in_s < 60
 
 
 def test_gres_indices_of_a_running_job(slurm: SlurmCluster) -> None:
