@@ -97,8 +97,7 @@ def capture(cluster: SlurmCluster) -> None:
         (DATA / name).write_text(_stable(_env_text(env), cluster))
 
     if cluster.cgroup:
-        out = cluster.work / f"slurm-{sweep}_{task['array_task_id']}.out"
-        text = wait_until(lambda: out.exists() and "job_" in (t := out.read_text()) and t, f"{out}")
+        text = cluster.output(f"{sweep}_{task['array_task_id']}", "job_")
         (DATA / "proc-pid-cgroup-v1.txt").write_text(text)
     assert cluster.layout is not None
     jobcomp = (cluster.layout.root / "jobcomp.log").read_text()

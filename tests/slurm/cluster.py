@@ -32,7 +32,6 @@ from tests.slurm.config import Layout, Node
 
 BINARIES = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo")
 INSTALL = "apt-get install -y slurmctld slurmd slurm-client munge (or run .ci/slurm-setup.sh)"
-NVIDIA_MAJOR = 195
 START_DEADLINE_S = 120.0
 
 
@@ -147,11 +146,6 @@ class SlurmCluster:
         return self.layout.slurm_conf
 
     @property
-    def name(self) -> str:
-        assert self.layout is not None
-        return self.layout.cluster_name
-
-    @property
     def nodes(self) -> tuple[Node, ...]:
         assert self.layout is not None
         return self.layout.nodes
@@ -173,18 +167,12 @@ class SlurmCluster:
         return env
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60) -> str:
+        env, cwd = self.env(), self.work
         done = subprocess.run(
-            argv,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.work,
+            argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd
         )
         if check and done.returncode != 0:
-            raise AssertionError(
-                f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}"
-            )
+            raise AssertionError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr}")
         return done.stdout
 
     def sbatch(self, *args: str, wrap: str | None = None, user: str | None = None) -> str:
@@ -195,6 +183,18 @@ class SlurmCluster:
         if wrap is not None:
             argv.append(f"--wrap={wrap}")
         return self.run(*argv).strip().split(";")[0]
+
+    def output(self, job: str, marker: str, timeout: float = 60) -> str:
+        """The job's slurm-<job>.out (`job`: "4711", or "4700_2" for an array task) once
+        it holds `marker`."""
+        path = self.work / f"slurm-{job}.out"
+
+        def written() -> str:
+            text = path.read_text() if path.exists() else ""
+            return text if marker in text else ""
+
+        found: str = wait_until(written, f"{path.name} to show {marker!r}", timeout)
+        return found
 
     def squeue_json(self) -> dict[str, Any]:
         parsed: dict[str, Any] = json.loads(self.run("squeue", "--json"))
@@ -328,41 +328,8 @@ class SlurmCluster:
             prolog_flags=prolog_flags,
             pci_order=self._pci_order,
         )
-        for folder in ("etc", "run", "state", "log", "records", "bin"):
-            (root / folder).mkdir(mode=0o755)
-        layout.munge_dir.mkdir(mode=0o700)
-        layout.work.mkdir()
-        layout.work.chmod(0o1777)
-        for context in config.CONTEXTS:
-            (layout.hooks / context).mkdir(parents=True)
-        for node in layout.nodes:
-            (root / "spool" / node.name).mkdir(parents=True)
-            self._make_devices(layout, node)
-        layout.slurm_conf.write_text(config.slurm_conf(layout))
-        (layout.etc / "gres.conf").write_text(config.gres_conf(layout))
-        if layout.pci_order is not None:
-            (layout.etc / "fake_gpus.conf").write_text(config.fake_gpus_conf(layout))
-        if cgroup:
-            (layout.etc / "cgroup.conf").write_text(config.cgroup_conf(layout))
-        layout.hook_script.write_text(config.hook_script(layout))
-        layout.hook_script.chmod(0o755)
-        key = layout.munge_dir / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
+        self.devices_are_char = config.write_files(layout)
         return layout
-
-    def _make_devices(self, layout: Layout, node: Node) -> None:
-        """Character devices 195:minor like /dev/nvidiaN (opening one fails: no driver),
-        plain files where mknod is not allowed (then device limits cannot be observed)."""
-        layout.device(node, 0).parent.mkdir(parents=True)
-        self.devices_are_char = True
-        for minor in node.gpu_minors:
-            path = layout.device(node, minor)
-            try:
-                os.mknod(path, 0o666 | 0o020000, os.makedev(NVIDIA_MAJOR, minor))
-            except PermissionError:
-                path.touch()
-                self.devices_are_char = False
 
     def _start_munged(self) -> None:
         assert self.layout is not None

@@ -7,9 +7,11 @@ by side: their ports are free ports and their job ids start far apart (`first_jo
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+NVIDIA_MAJOR = 195
 # The four places Slurm runs a prolog or epilog, as SLURM_SCRIPT_CONTEXT names them.
 CONTEXTS = ("prolog_slurmd", "epilog_slurmd", "prolog_slurmctld", "epilog_slurmctld")
 
@@ -204,3 +206,47 @@ for hook in "{layout.hooks}/$context"/*; do
 done
 exit 0
 """
+
+
+def write_files(layout: Layout) -> bool:
+    """The folders, device files, configuration, hook script and MUNGE key under the
+    root; whether the device files are character devices (see make_devices)."""
+    root = layout.root
+    for folder in ("etc", "run", "state", "log", "records", "bin"):
+        (root / folder).mkdir(mode=0o755)
+    layout.munge_dir.mkdir(mode=0o700)
+    layout.work.mkdir()
+    layout.work.chmod(0o1777)
+    for context in CONTEXTS:
+        (layout.hooks / context).mkdir(parents=True)
+    devices_are_char = True
+    for node in layout.nodes:
+        (root / "spool" / node.name).mkdir(parents=True)
+        devices_are_char &= make_devices(layout, node)
+    layout.slurm_conf.write_text(slurm_conf(layout))
+    (layout.etc / "gres.conf").write_text(gres_conf(layout))
+    if layout.pci_order is not None:
+        (layout.etc / "fake_gpus.conf").write_text(fake_gpus_conf(layout))
+    if layout.cgroup:
+        (layout.etc / "cgroup.conf").write_text(cgroup_conf(layout))
+    layout.hook_script.write_text(hook_script(layout))
+    layout.hook_script.chmod(0o755)
+    key = layout.munge_dir / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    return devices_are_char
+
+
+def make_devices(layout: Layout, node: Node) -> bool:
+    """Character devices 195:minor like /dev/nvidiaN (opening one fails: no driver);
+    plain files where mknod is not allowed (False: device limits cannot be observed)."""
+    layout.device(node, 0).parent.mkdir(parents=True)
+    made = True
+    for minor in node.gpu_minors:
+        path = layout.device(node, minor)
+        try:
+            os.mknod(path, 0o666 | 0o020000, os.makedev(NVIDIA_MAJOR, minor))
+        except PermissionError:
+            path.touch()
+            made = False
+    return made

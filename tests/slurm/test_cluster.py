@@ -129,9 +129,8 @@ def test_an_array_job(slurm: SlurmCluster) -> None:
 
     if slurm.cgroup:
         for task in tasks:
-            out = slurm.work / f"slurm-{array_id}_{task['array_task_id']}.out"
-            wait_until(lambda o=out: o.exists() and "job_" in o.read_text(), f"{out} written")
-            assert f"/job_{task['job_id']}/" in out.read_text()
+            text = slurm.output(f"{array_id}_{task['array_task_id']}", "job_")
+            assert f"/job_{task['job_id']}/" in text
 
 
 def test_a_requeued_job_runs_again_under_the_same_id(slurm: SlurmCluster) -> None:
@@ -242,8 +241,7 @@ def test_inside_the_job_cuda_counts_from_zero_and_slurm_job_gpus_keeps_the_idx(
     job = slurm.wait_job(job_id, "RUNNING")
     [idx] = idx_of(job["gres_detail"][0])
     assert idx in (2, 3)  # the first job holds two of node1's four
-    out = slurm.work / f"slurm-{job_id}.out"
-    text = wait_until(lambda: out.exists() and "gpus=" in (t := out.read_text()) and t, f"{out}")
+    text = slurm.output(job_id, "gpus=")
     assert text.split() == ["cuda=0", f"gpus={idx}"]
     prolog = slurm.wait_records("prolog_slurmd", job_id)["node1"]
     assert prolog["CUDA_VISIBLE_DEVICES"] == prolog["SLURM_JOB_GPUS"] == str(idx)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.slurm.cluster import SlurmCluster, wait_until
+from tests.slurm.cluster import SlurmCluster
 
 
 def minor_of_each_idx(cluster: SlurmCluster) -> dict[int, int]:
@@ -29,10 +29,7 @@ def minor_of_each_idx(cluster: SlurmCluster) -> dict[int, int]:
     for _ in node.gpu_minors:
         job_id = cluster.sbatch("--gres=gpu:1", wrap=script)
         job = cluster.wait_job(job_id, "RUNNING")
-        out = cluster.work / f"slurm-{job_id}.out"
-        text = wait_until(
-            lambda o=out: o.exists() and "gpus=" in (t := o.read_text()) and t, f"{out}"
-        )
+        text = cluster.output(job_id, "gpus=")
         [opened] = [w.removeprefix("open=") for w in text.split() if w.startswith("open=")]
         idx = int(job["gres_detail"][0].split("IDX:")[1].rstrip(")"))
         assert text.split()[-1] == f"gpus={idx}"  # SLURM_JOB_GPUS is the IDX too
