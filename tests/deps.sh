@@ -30,6 +30,10 @@ command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v slurmctld >/dev/null 2>&1 || missing+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || missing+=(slurmd)
+command -v sbatch >/dev/null 2>&1 || missing+=(slurm-client)
+command -v munged >/dev/null 2>&1 || missing+=(munge)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "tests: some tests will be skipped until you run: sudo apt-get install -y ${missing[*]}"
 fi
