@@ -38,6 +38,7 @@ from board.auth.models import Membership, User
 from board.auth.passwords import hash_password
 from board.db import migrate
 from board.db.embedded import stop_embedded
+from board.db.engine import session_scope
 from board.db.urls import resolve_database_url
 from board.demo_history import HISTORY, MAX_GAP_SECONDS
 from board.demo_hosts import Demo, SimHost
@@ -94,7 +95,7 @@ def _save_state(settings: Settings, state: dict[str, Any]) -> None:
 
 
 async def _ensure_people(runtime: Runtime, password: str) -> None:
-    async with runtime.sessions() as session:
+    async with session_scope(runtime.sessions) as session:
         try:
             workspace = await workspaces.get_workspace(session, SLUG)
         except NotFound:
@@ -112,7 +113,6 @@ async def _ensure_people(runtime: Runtime, password: str) -> None:
             # The history's 15-minute steps are observed time, from the beginning on.
             gap = {"maxSampleGapSeconds": MAX_GAP_SECONDS, "maxSampleGapFrom": SINCE_EVER}
             await workspaces.update_settings(session, workspace, workspaces.parse_settings(gap))
-        await session.commit()
 
 
 async def _last_seen(runtime: Runtime, host: SimHost) -> datetime | None:
@@ -131,19 +131,17 @@ async def _tell_story(
     if not carded:
         return
     story = StoryHosts(carded[0].host_id, carded[-1].host_id, FAKE_GPU_NAME)
-    async with runtime.sessions() as session:
+    async with session_scope(runtime.sessions) as session:
         workspace = await workspaces.get_workspace(session, SLUG)
         await write_story(session, workspace, PEOPLE[0][0], story, history_start, settings)
-        await session.commit()
 
 
 async def _enroll(runtime: Runtime, client: httpx.AsyncClient, host: SimHost) -> None:
-    async with runtime.sessions() as session:
+    async with session_scope(runtime.sessions) as session:
         workspace = await workspaces.get_workspace(session, SLUG)
         issued = await enrollment.issue(
             session, workspace.id, display_name=host.name, expires_in_hours=1
         )
-        await session.commit()
     claimed = await client.post(
         "/agent/v1/enrollments/claim",
         json={

@@ -17,6 +17,7 @@ from board.archives.upload import spool_body
 from board.archives.worker import Archives
 from board.auth.deps import ReaderDep
 from board.db.deps import PoolDep, SessionDep
+from board.db.engine import after_commit
 from board.errors import (
     CHECKED_REQUIRED,
     DomainError,
@@ -139,8 +140,7 @@ async def upload_archive(
     except DomainError as exc:
         await _rejected(pool, principal, exc)
         raise
-    await session.commit()  # the worker must see the object when it wakes
-    archives.kick()
+    after_commit(session, archives.kick)  # the worker must see the object when it wakes
     return result
 
 
@@ -156,9 +156,12 @@ async def prune_archives(
     principal = await _agent(access, authorization)
     days = service.parse_older_than_days(olderThanDays)
     keys = await service.prune(session, principal, days, datetime.now(UTC))
-    await session.commit()  # objects go only once nothing points at them
-    for key in keys:
-        await archives.store.delete(key)
+
+    async def delete_objects() -> None:
+        for key in keys:
+            await archives.store.delete(key)
+
+    after_commit(session, delete_objects)  # objects go only once nothing points at them
     return PruneOut(deleted=len(keys))
 
 

@@ -15,7 +15,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.db import migrate as migrations
-from board.db.engine import make_engine, make_sessionmaker
+from board.db.engine import make_engine, make_sessionmaker, session_scope
 from board.db.urls import resolve_database_url
 from board.errors import DomainError
 from board.logs import install_redaction
@@ -41,10 +41,8 @@ def _in_session(fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
     async def run() -> T:
         engine = make_engine(url, pool_size=1)
         try:
-            async with make_sessionmaker(engine)() as session:
-                result = await fn(session)
-                await session.commit()
-                return result
+            async with session_scope(make_sessionmaker(engine)) as session:
+                return await fn(session)
         finally:
             await engine.dispose()
 

@@ -1,5 +1,12 @@
 """Database access for routes: the request's session (one transaction) and the raw pool.
 
+The request's session is the one place its transaction ends (board/db/engine.py):
+committed once the route has returned, before the response is sent (so a 2xx always
+means committed, and a streamed answer holds no database connection), or rolled back
+by an exception that passes through it. Routes never commit: a form's change that may
+be refused runs in a savepoint (board/web/forms.py), and what must follow the commit
+is asked with `after_commit`, which runs right after it, still before the answer.
+
 Read from the process's runtime on `app.state` by attribute, so this kit module needs
 nothing from the domains (`board.runtime`, the composition root, builds both).
 """
@@ -18,11 +25,11 @@ from board.db.engine import session_scope
 
 
 async def get_session(connection: HTTPConnection) -> AsyncIterator[AsyncSession]:
-    async for session in session_scope(connection.app.state.runtime.sessions):
+    async with session_scope(connection.app.state.runtime.sessions) as session:
         yield session
 
 
-# scope="function": commit before the response is sent, so a 2xx always means committed.
+# scope="function": commit (and the after-commit work) before the response is sent.
 SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 

@@ -24,7 +24,7 @@ async def revoke_host(
     address: ClientAddressDep,
 ) -> RevokedHostOut:
     host_id = service.canonical_host_id(host_id)
-    # Recorded first: revoke_host commits, and the entry must be in that transaction.
+    # In the revoking transaction, which the request's session commits before answering.
     await record(session, ctx, "host.revoked", target=host_id, address=address)
     host = await service.revoke_host(session, listener, ctx, host_id)
     return RevokedHostOut(host_id=host_id, revoked_at=host.revoked_at)

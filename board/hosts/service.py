@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.auth.deps import WorkspaceContext
+from board.db.engine import after_commit
 from board.errors import NotFound
 from board.hosts.models import Gpu, GpuNameHistory, Host
 from board.hosts.revocation import REVOKE_CHANNEL, RevocationListener, revocation_payload
@@ -39,22 +41,21 @@ async def get_host_row(session: AsyncSession, workspace_id: int, host_id: str) -
 async def revoke_host(
     session: AsyncSession, listener: RevocationListener, ctx: WorkspaceContext, host_id: str
 ) -> Host:
-    """Revoke a host everywhere: its agent token stops working once this returns.
+    """Revoke a host everywhere: its agent token stops working once the session commits.
 
-    The one way hosts are revoked (the API and the admin page both call it), and the
-    one service that commits itself: the revocation must reach every board process
-    the moment it is durable. The notification is sent inside the revoking
-    transaction, so PostgreSQL delivers it to every listening process when (and only
-    if) it commits; this process forgets the host right after the commit without
-    waiting for its own copy. The history stays.
+    The one way hosts are revoked (the API and the admin page both call it). The
+    revocation must reach every board process the moment it is durable: the
+    notification is sent inside the revoking transaction, so PostgreSQL delivers it to
+    every listening process when (and only if) it commits, and this process forgets
+    the host right after that commit (`after_commit`: the request's session runs it
+    before the answer is sent) without waiting for its own copy. The history stays.
     """
     host = await get_host_row(session, ctx.workspace_id, host_id)
     if host.revoked_at is None:
         host.revoked_at = datetime.now(UTC)
     key = (host.workspace_id, host.id)
     await session.execute(select(func.pg_notify(REVOKE_CHANNEL, revocation_payload(*key))))
-    await session.commit()
-    listener.announce_revocation(*key)
+    after_commit(session, partial(listener.announce_revocation, *key))
     return host
 
 

@@ -167,8 +167,8 @@ async def workspace_stream(
     host_id = _stream_host(hostId)
     if host_id is not None:
         await get_host_row(session, ctx.workspace_id, host_id)
-    # A browser may listen for hours: hold no database connection meanwhile.
-    await session.commit()
+    # A browser may listen for hours: the request's session ends (and gives its database
+    # connection back) once this returns, before the first event is sent.
 
     async def still_allowed() -> bool:
         async with sessions() as db:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from board.fleet import service as fleet_views
 from board.hosts import service as hosts
 from board.runtime import RuntimeDep
 from board.web.deps import AdminPageDep, CsrfDep, Page
+from board.web.forms import submit
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces
 from board.zones import iana_zone
@@ -96,16 +98,17 @@ async def admin_page(
     return await _admin_page(request, page, db, runtime)
 
 
-async def _failed(
-    request: Request, page: Page, db: SessionDep, runtime: RuntimeDep, exc: DomainError, **kw: Any
-) -> Response:
-    # Nothing of a refused change may be committed by the request's session; the
-    # rollback expires the workspace row, which the page reads again.
-    await db.rollback()
-    await db.refresh(page.ctx.workspace)
-    return await _admin_page(
-        request, page, db, runtime, status_code=exc.status_code, error=exc.detail, **kw
-    )
+def _again(
+    request: Request, page: Page, db: SessionDep, runtime: RuntimeDep, **kw: Any
+) -> Callable[[DomainError], Awaitable[Response]]:
+    """The admin page drawn again with a form's refusal (`kw`: the form as it was sent)."""
+
+    async def again(exc: DomainError) -> Response:
+        return await _admin_page(
+            request, page, db, runtime, status_code=exc.status_code, error=exc.detail, **kw
+        )
+
+    return again
 
 
 @router.post("/enrollment-tokens")
@@ -123,7 +126,8 @@ async def issue_token(
         hours = float(expires_in_hours) if expires_in_hours.strip() else None
     except ValueError:
         hours = -1.0  # refused by the service with its own sentence
-    try:
+
+    async def issue() -> Response:
         issued = await enrollment.issue(
             db,
             page.ctx.workspace_id,
@@ -142,10 +146,9 @@ async def issue_token(
             detail=detail,
             address=address,
         )
-        await db.commit()
-    except DomainError as exc:
-        return await _failed(request, page, db, runtime, exc)
-    return await _admin_page(request, page, db, runtime, status_code=201, issued=issued)
+        return await _admin_page(request, page, db, runtime, status_code=201, issued=issued)
+
+    return await submit(db, page, issue, _again(request, page, db, runtime))
 
 
 @router.post("/enrollment-tokens/{prefix}/revoke")
@@ -159,7 +162,6 @@ async def revoke_token(
 ) -> Response:
     await enrollment.revoke(db, page.ctx.workspace_id, prefix)
     await record(db, page.ctx, "enrollment_token.revoked", target=prefix, address=address)
-    await db.commit()
     return redirect(request, f"/w/{page.slug}/admin?notice=token-revoked#tokens")
 
 
@@ -177,9 +179,9 @@ async def revoke_host(
     host_id = hosts.canonical_host_id(host_id)
     # Another workspace's (or no) host is a 404 before anything is recorded.
     await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
-    # Recorded first: revoke_host commits, and the entry must be in that transaction.
     await record(db, page.ctx, "host.revoked", target=host_id, address=address)
-    # Commits, and reaches every board process's token cache and open agent sockets.
+    # Once the request's session commits (before the redirect is sent), every board
+    # process's token cache and open agent sockets forget the host.
     await hosts.revoke_host(db, runtime, page.ctx, host_id)
     return redirect(request, f"/w/{page.slug}/admin?notice=host-revoked#hosts")
 
@@ -197,21 +199,25 @@ async def add_member(
     role: Annotated[str, Form(max_length=20)] = "member",
     password: Annotated[str, Form(max_length=1024)] = "",
 ) -> Response:
-    try:
+
+    async def add() -> Response:
         workspace = await db.merge(page.ctx.workspace)
-        member = await workspaces.add_member(
-            db, workspace, email, role, password or None, gate.hash
-        )
+        try:
+            member = await workspaces.add_member(
+                db, workspace, email, role, password or None, gate.hash
+            )
+        except PasswordsBusy:
+            raise TooManyRequests(
+                "The board is busy hashing passwords. Try again in a few seconds."
+            ) from None
         action, target, detail = member.audited()
         await record(db, page.ctx, action, target=target, detail=detail, address=address)
-        await db.commit()
-    except PasswordsBusy:
-        exc = TooManyRequests("The board is busy hashing passwords. Try again in a few seconds.")
-        return await _failed(request, page, db, runtime, exc, form=MemberForm(email, role))
-    except DomainError as exc:
-        return await _failed(request, page, db, runtime, exc, form=MemberForm(email, role))
-    shown = member.shown()
-    return await _admin_page(request, page, db, runtime, status_code=201, new_member=shown)
+        shown = member.shown()
+        return await _admin_page(request, page, db, runtime, status_code=201, new_member=shown)
+
+    return await submit(
+        db, page, add, _again(request, page, db, runtime, form=MemberForm(email, role))
+    )
 
 
 @router.post("/members/{email:path}/remove")
@@ -224,16 +230,16 @@ async def remove_member(
     runtime: RuntimeDep,
     address: ClientAddressDep,
 ) -> Response:
-    try:
+
+    async def remove() -> Response:
         user_id = await workspaces.remove_member(db, page.ctx.workspace_id, email)
         if not await workspaces.has_memberships(db, user_id):
             await web_sessions.end_all(db, user_id)
         target = email.strip().lower()
         await record(db, page.ctx, "member.removed", target=target, address=address)
-        await db.commit()
-    except DomainError as exc:
-        return await _failed(request, page, db, runtime, exc)
-    return redirect(request, f"/w/{page.slug}/admin?notice=member-removed#members")
+        return redirect(request, f"/w/{page.slug}/admin?notice=member-removed#members")
+
+    return await submit(db, page, remove, _again(request, page, db, runtime))
 
 
 @router.post("/members/{email:path}/sign-out")
@@ -251,7 +257,6 @@ async def sign_out_member(
     detail = {"sessions": ended}
     target = email.strip().lower()
     await record(db, page.ctx, "member.signed_out", target=target, detail=detail, address=address)
-    await db.commit()
     return redirect(request, f"/w/{page.slug}/admin?notice=member-signed-out#members")
 
 
@@ -301,12 +306,12 @@ async def save_settings(
     if gap_from:  # empty: the new max sample gap holds from now
         zones = (str(form.get("timezone") or "").strip(), page.ctx.workspace.timezone)
         changes["maxSampleGapFrom"] = _gap_from(gap_from, zones)
-    try:
+
+    async def save() -> Response:
         patch = workspaces.parse_settings(changes)
         workspace = await db.merge(page.ctx.workspace)
         changed = await workspaces.update_settings(db, workspace, patch)
         await record(db, page.ctx, "settings.changed", detail=changed, address=address)
-        await db.commit()
-    except DomainError as exc:
-        return await _failed(request, page, db, runtime, exc)
-    return redirect(request, f"/w/{page.slug}/admin?notice=settings-saved#settings")
+        return redirect(request, f"/w/{page.slug}/admin?notice=settings-saved#settings")
+
+    return await submit(db, page, save, _again(request, page, db, runtime))

@@ -19,6 +19,7 @@ from board.errors import DomainError, Unprocessable
 from board.fleet import service as fleet_views
 from board.web.deps import AdminPageDep, CsrfDep, Page
 from board.web.fleet_people import running_now
+from board.web.forms import submit
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces
 
@@ -67,7 +68,8 @@ async def save_entry(
 ) -> Response:
     """Link (or unlink, with both left empty) one Linux user; entered ahead if unseen."""
     name = linux_user.strip()
-    try:
+
+    async def save() -> Response:
         try:
             body = DirectoryEntryIn.model_validate(
                 {"memberEmail": member.strip() or None, "team": team.strip() or None}
@@ -75,11 +77,11 @@ async def save_entry(
         except ValidationError as exc:
             raise Unprocessable(f"team: {exc.errors()[0]['msg']}") from None
         await directory.put_entry(db, page.ctx, name, body)
-        await db.commit()
-    except DomainError as exc:
-        await db.rollback()  # nothing of a refused change stays; the page reads again
-        await db.refresh(page.ctx.workspace)
+        return redirect(
+            request, f"/w/{page.slug}/admin/directory?saved={quote(name, safe='')}#directory"
+        )
+
+    async def refused(exc: DomainError) -> Response:
         return await _page(request, page, db, exc.status_code, exc.detail)
-    return redirect(
-        request, f"/w/{page.slug}/admin/directory?saved={quote(name, safe='')}#directory"
-    )
+
+    return await submit(db, page, save, refused)

@@ -310,8 +310,8 @@ async def host_stream(
 
     Members and admins only, as the REST stream: live graphs are not finance's."""
     host = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
-    # A page may listen for hours: give the database connection back first.
-    await db.commit()
+    # A page may listen for hours: the request's session ends (and gives its database
+    # connection back) once this returns, before the first event is sent.
     secret = page.person.session.secret
     assert secret is not None  # a signed-in page has a session secret
     allowed = partial(

@@ -3,6 +3,7 @@ the prices page where admins set the currency and the prices."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from board.money.schemas import price_entry, price_key
 from board.reports.params import parse_zone
 from board.reports.slots import report_slot
 from board.web.deps import AdminPageDep, CsrfDep, Page, PageDep
+from board.web.forms import submit
 from board.web.prices_page import prices_view
 from board.web.render import PageRoute, error_page, finish, redirect, render
 
@@ -178,18 +180,19 @@ async def _prices_page(
     return render(request, "prices.html", context, status_code=status_code)
 
 
-async def _refused(
+def _again(
     request: Request,
     page: Page,
     db: SessionDep,
     window: CorrectionWindow,
-    exc: DomainError,
     form: PriceForm | None = None,
-) -> Response:
-    # Nothing of a refused change stays; the rollback expires the workspace row.
-    await db.rollback()
-    await db.refresh(page.ctx.workspace)
-    return await _prices_page(request, page, db, window, exc.status_code, exc.detail, form)
+) -> Callable[[DomainError], Awaitable[Response]]:
+    """The prices page drawn again with a form's refusal (`form`: as it was sent)."""
+
+    async def again(exc: DomainError) -> Response:
+        return await _prices_page(request, page, db, window, exc.status_code, exc.detail, form)
+
+    return again
 
 
 @router.get("/admin/prices")
@@ -212,13 +215,13 @@ async def save_price(
 ) -> Response:
     """Add a price, or correct the amount of the one with that model and date."""
     form = PriceForm(gpu_model, per_gpu_hour, from_)
-    try:
+
+    async def save() -> Response:
         entry = price_entry(gpu_model.strip(), from_.strip(), per_gpu_hour.strip())
         await price_edits.set_price(db, page.ctx, entry, window)
-        await db.commit()
-    except DomainError as exc:
-        return await _refused(request, page, db, window, exc, form)
-    return redirect(request, f"/w/{page.slug}/admin/prices?notice=added#history")
+        return redirect(request, f"/w/{page.slug}/admin/prices?notice=added#history")
+
+    return await submit(db, page, save, _again(request, page, db, window, form))
 
 
 @router.post("/admin/prices/remove")
@@ -231,13 +234,12 @@ async def remove_price(
     gpu_model: Annotated[str, Form(max_length=1000)] = "",
     from_: Annotated[str, Form(alias="from", max_length=100)] = "",
 ) -> Response:
-    try:
+    async def remove() -> Response:
         key = price_key(gpu_model, from_)
         await price_edits.remove_price(db, page.ctx, key.gpu_model, key.from_, window)
-        await db.commit()
-    except DomainError as exc:
-        return await _refused(request, page, db, window, exc)
-    return redirect(request, f"/w/{page.slug}/admin/prices?notice=removed#history")
+        return redirect(request, f"/w/{page.slug}/admin/prices?notice=removed#history")
+
+    return await submit(db, page, remove, _again(request, page, db, window))
 
 
 @router.post("/admin/prices/currency")
@@ -249,9 +251,8 @@ async def save_currency(
     window: PriceWindowDep,
     currency: Annotated[str, Form(max_length=100)] = "",
 ) -> Response:
-    try:
+    async def save() -> Response:
         await price_edits.set_currency(db, page.ctx, currency.strip(), window)
-        await db.commit()
-    except DomainError as exc:
-        return await _refused(request, page, db, window, exc)
-    return redirect(request, f"/w/{page.slug}/admin/prices?notice=currency#currency")
+        return redirect(request, f"/w/{page.slug}/admin/prices?notice=currency#currency")
+
+    return await submit(db, page, save, _again(request, page, db, window))

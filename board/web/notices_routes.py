@@ -21,6 +21,7 @@ from board.notices.schemas import ChannelIn, CreatedChannel
 from board.notices.snooze import SNOOZE_HOURS, read_token, snooze
 from board.settings import SettingsDep
 from board.web.deps import AdminPageDep, CsrfDep, Page, WebSessionDep
+from board.web.forms import submit
 from board.web.render import PageRoute, redirect, render
 
 router = APIRouter(prefix="/w/{slug}/admin/notices", route_class=PageRoute, include_in_schema=False)
@@ -95,43 +96,56 @@ async def add_channel(
 ) -> Response:
     form = await request.form()
     events = [str(e) for e in form.getlist("events")][:20]
-    try:
-        if kind not in ("webhook", "slack", "email"):
-            raise Unprocessable("kind: choose webhook, slack or email.")
-        body = ChannelIn.model_validate(
-            {
-                "kind": kind,
-                "url": url.strip() or None if kind != "email" else None,
-                "emails": [e for e in emails.replace(",", " ").split() if e][:21]
-                if kind == "email"
-                else None,
-                "events": events or None,
-            }
-        )
-        created: CreatedChannel = await notices.create_channel(db, page.ctx, body, settings)
-        detail = {"kind": created.kind, "events": ",".join(created.events)}
-        await record(
-            db,
-            page.ctx,
-            "notices.channel_added",
-            target=created.channel_id,
-            detail=detail,
-            address=address,
-        )
-        await db.commit()
-    except DomainError as exc:
-        # The rollback expires the workspace row, which the page reads again: refreshed
-        # here, or the page's lazy load of it fails outside the async context (a 500).
-        await db.rollback()
-        await db.refresh(page.ctx.workspace)
+
+    async def add() -> Response:
+        try:
+            created = await _add_channel(db, page, settings, address, kind, url, emails, events)
+        except ValueError:  # pydantic's, of ChannelIn
+            raise Unprocessable(
+                "Some of the channel's fields are not valid (at most 20 addresses)."
+            ) from None
+        # Rendered, not redirected: a webhook's secret is shown this once.
+        return await _page(request, page, db, settings, 201, created=created)
+
+    async def refused(exc: DomainError) -> Response:
         return await _page(request, page, db, settings, exc.status_code, error=exc.detail)
-    except ValueError:
-        await db.rollback()
-        await db.refresh(page.ctx.workspace)
-        error = "Some of the channel's fields are not valid (at most 20 addresses)."
-        return await _page(request, page, db, settings, 422, error=error)
-    # Rendered, not redirected: a webhook's secret is shown this once.
-    return await _page(request, page, db, settings, 201, created=created)
+
+    return await submit(db, page, add, refused)
+
+
+async def _add_channel(
+    db: SessionDep,
+    page: Page,
+    settings: SettingsDep,
+    address: str,
+    kind: str,
+    url: str,
+    emails: str,
+    events: list[str],
+) -> CreatedChannel:
+    if kind not in ("webhook", "slack", "email"):
+        raise Unprocessable("kind: choose webhook, slack or email.")
+    body = ChannelIn.model_validate(
+        {
+            "kind": kind,
+            "url": url.strip() or None if kind != "email" else None,
+            "emails": [e for e in emails.replace(",", " ").split() if e][:21]
+            if kind == "email"
+            else None,
+            "events": events or None,
+        }
+    )
+    created: CreatedChannel = await notices.create_channel(db, page.ctx, body, settings)
+    detail = {"kind": created.kind, "events": ",".join(created.events)}
+    await record(
+        db,
+        page.ctx,
+        "notices.channel_added",
+        target=created.channel_id,
+        detail=detail,
+        address=address,
+    )
+    return created
 
 
 @router.post("/channels/{channel_id}/remove")
@@ -146,7 +160,6 @@ async def remove_channel(
     channel_id = notices.canonical_channel_id(channel_id)
     await notices.remove_channel(db, page.ctx, channel_id)
     await record(db, page.ctx, "notices.channel_removed", target=channel_id, address=address)
-    await db.commit()
     return redirect(request, f"/w/{page.slug}/admin/notices?notice=channel-removed")
 
 
@@ -161,18 +174,20 @@ async def send_test_notice(
     address: ClientAddressDep,
 ) -> Response:
     channel_id = notices.canonical_channel_id(channel_id)
-    try:
+
+    async def send() -> Response:
         await notices.send_test(db, page.ctx, channel_id)
-    except notices.TestsLimited as exc:
-        # Rolled back and refreshed as in add_channel: the page reads the workspace again.
-        await db.rollback()
-        await db.refresh(page.ctx.workspace)
-        refused = await _page(request, page, db, settings, 429, error=exc.detail)
-        refused.headers["Retry-After"] = str(exc.retry_after)
-        return refused
-    await record(db, page.ctx, "notices.test_sent", target=channel_id, address=address)
-    await db.commit()
-    return redirect(request, f"/w/{page.slug}/admin/notices?notice=test-queued#deliveries")
+        await record(db, page.ctx, "notices.test_sent", target=channel_id, address=address)
+        return redirect(request, f"/w/{page.slug}/admin/notices?notice=test-queued#deliveries")
+
+    async def refused(exc: DomainError) -> Response:
+        if not isinstance(exc, notices.TestsLimited):
+            raise exc  # any other refusal is the error page, as before
+        again = await _page(request, page, db, settings, 429, error=exc.detail)
+        again.headers["Retry-After"] = str(exc.retry_after)
+        return again
+
+    return await submit(db, page, send, refused)
 
 
 @router.post("/deliveries/{delivery_id}/retry")
@@ -186,7 +201,6 @@ async def retry_delivery(
 ) -> Response:
     await notices.retry_delivery(db, page.ctx, delivery_id)
     await record(db, page.ctx, "notices.retried", target=str(delivery_id), address=address)
-    await db.commit()
     return redirect(request, f"/w/{page.slug}/admin/notices?notice=retry-queued#deliveries")
 
 
@@ -212,6 +226,5 @@ async def snooze_gpu(
     hours: Annotated[int, Form(ge=1, le=168)] = 1,
 ) -> Response:
     until = await snooze(db, settings.resolved_secret_key(), token, hours, datetime.now(UTC))
-    await db.commit()
     context = {"page": None, "token": "", "choices": SNOOZE_HOURS, "until": until}
     return render(request, "snooze.html", context)

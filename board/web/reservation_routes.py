@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
+from functools import partial
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
@@ -25,6 +26,7 @@ from board.reservations import feed, queries, service, timeline
 from board.reservations.schemas import BusyGpu, ReservationIn, ReservationOut, ReservationPatch
 from board.settings import SettingsDep
 from board.web.deps import CsrfDep, MemberPageDep, Page, PageDep
+from board.web.forms import submit
 from board.web.render import PageRoute, redirect, render
 from board.web.reservation_words import LABELS, SHOWN, Words, confirmation
 from board.workspaces import service as workspaces
@@ -39,6 +41,14 @@ NOTICES = {
 
 
 TIME_PATTERN = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}"
+
+
+class _NotConfirmed(Exception):
+    """A booking that starts soon on GPUs someone else is on, not confirmed yet."""
+
+    def __init__(self, busy: list[BusyGpu]) -> None:
+        super().__init__("not confirmed")
+        self.busy = busy
 
 
 @dataclass(frozen=True)
@@ -198,22 +208,30 @@ async def book(
 ) -> Response:
     """Book; GPUs someone else is on now are booked only once "Book anyway" confirms them."""
     form = BookingForm(host, tuple(gpus or ())[:64], start, end, note, member)
-    try:
+
+    async def make() -> Response:
         if len(gpus or ()) > 64:
             raise Unprocessable("GPUs: at most 64 in one booking.")
         made = await service.create(db, page.ctx, _booking(form, _zone(page), list(form.gpus)))
         if made.warnings and confirm != confirmation(made.warnings):
-            # Not stored yet: the page names who is on which GPU and asks to confirm.
-            await db.rollback()
-            await db.refresh(page.ctx.workspace)
-            return await _page(request, page, db, host, 200, form, busy=made.warnings)
-        await db.commit()
-    except DomainError as exc:
-        await db.rollback()  # nothing of a refused change stays; the page reads again
-        await db.refresh(page.ctx.workspace)
+            raise _NotConfirmed(made.warnings)  # not stored: its savepoint is undone
+        target = quote(host, safe="") if timeline.is_host_id(host) else ""
+        return redirect(request, f"/w/{page.slug}/reservations?host={target}&notice=booked#mine")
+
+    async def refused(exc: DomainError) -> Response:
         return await _page(request, page, db, host, exc.status_code, form, exc)
-    target = quote(host, safe="") if timeline.is_host_id(host) else ""
-    return redirect(request, f"/w/{page.slug}/reservations?host={target}&notice=booked#mine")
+
+    try:
+        return await submit(db, page, make, refused)
+    except _NotConfirmed as unconfirmed:
+        # The page names who is on which GPU and asks to confirm.
+        await db.refresh(page.ctx.workspace)
+        return await _page(request, page, db, host, 200, form, busy=unconfirmed.busy)
+
+
+async def _refused(request: Request, page: Page, db: SessionDep, exc: DomainError) -> Response:
+    """A booking's refused change: the page, the refusal beside the bookings."""
+    return await _page(request, page, db, "", exc.status_code, None, exc)
 
 
 async def _changed(
@@ -232,15 +250,12 @@ async def change_end(
     db: SessionDep,
     end: Annotated[str, Form(max_length=40)] = "",
 ) -> Response:
-    try:
+    async def change() -> Response:
         moment = _parse_local("New end", end, _zone(page))
         changed = await service.update(db, page.ctx, reservation_id, ReservationPatch(end=moment))
-        await db.commit()
-    except DomainError as exc:
-        await db.rollback()  # nothing of a refused change stays; the page reads again
-        await db.refresh(page.ctx.workspace)
-        return await _page(request, page, db, "", exc.status_code, None, exc)
-    return await _changed(request, page, db, "changed", changed)
+        return await _changed(request, page, db, "changed", changed)
+
+    return await submit(db, page, change, partial(_refused, request, page, db))
 
 
 @router.post("/{reservation_id}/cancel")
@@ -251,16 +266,13 @@ async def cancel(
     page: MemberPageDep,
     db: SessionDep,
 ) -> Response:
-    try:
+    async def change() -> Response:
         conn = await report_connection(db)
         stored = await queries.get(conn, page.ctx.workspace_id, reservation_id)
         await service.cancel(db, page.ctx, reservation_id)
-        await db.commit()
-    except DomainError as exc:
-        await db.rollback()  # nothing of a refused change stays; the page reads again
-        await db.refresh(page.ctx.workspace)
-        return await _page(request, page, db, "", exc.status_code, None, exc)
-    return await _changed(request, page, db, "cancelled", stored.shown)
+        return await _changed(request, page, db, "cancelled", stored.shown)
+
+    return await submit(db, page, change, partial(_refused, request, page, db))
 
 
 @router.post("/calendar-feed")
@@ -269,7 +281,6 @@ async def new_calendar_feed(
 ) -> Response:
     """A secret calendar URL for the viewer, shown once on the page (it replaces the old)."""
     issued = await feed.issue(db, page.ctx)
-    await db.commit()
     base = (settings.public_url or str(request.base_url)).rstrip("/")
     url = f"{base}{feed.FEED_PATH}?{urlencode({'token': issued.secret})}"
     return await _page(request, page, db, status_code=201, feed_url=url)
