@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable
-
-from board.reports.service import Report
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 LINE_END = "\r\n"
 
@@ -24,6 +23,16 @@ def spreadsheet_text(text: str) -> str:
     """A text cell as a spreadsheet must show it: one that would start a formula gets a
     single quote in front (the spreadsheets' own "this is text" mark)."""
     return "'" + text if text and text[0] in FORMULA_STARTS else text
+
+
+class Table(Protocol):
+    """What the CSV writer takes: a report's columns and its rows (keyed by column)."""
+
+    @property
+    def columns(self) -> Sequence[str]: ...
+
+    @property
+    def rows(self) -> Sequence[Mapping[str, Any]]: ...
 
 
 def _cell(value: object) -> object:
@@ -46,7 +55,7 @@ def csv_cells(values: Iterable[object]) -> str:
     return out.getvalue()[: -len(LINE_END)]
 
 
-def render_csv(report: Report, cost_digits: int = 2) -> str:
+def render_csv(report: Table, cost_digits: int = 2) -> str:
     """`cost_digits`: the currency's minor digits (money is written "19.22", not with the
     six decimals of hours)."""
     out = io.StringIO()
