@@ -53,7 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from board.app import create_app, tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
-from board.reports import params, service  # noqa: E402
+from board.reportkit import params  # noqa: E402
+from board.reports import service  # noqa: E402
 from board.reports.utilization_stream import utilization_body  # noqa: E402
 from board.rollups.daily import refresh_day_rollups  # noqa: E402
 from board.settings import Settings  # noqa: E402

@@ -19,9 +19,9 @@ import orjson
 import psycopg
 
 from board.errors import Unprocessable
+from board.reportkit.params import HOUR, Window
 from board.reports import repository as repo
 from board.reports.cost import amount, exact, window_pricing, workspace_currency
-from board.reports.params import HOUR, Window
 from board.reports.schemas import (
     ReportCoverage,
     UsageHead,

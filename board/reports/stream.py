@@ -25,6 +25,8 @@ from typing import Any
 import orjson
 import psycopg
 
+from board.reportkit.csv import LINE_END, cell, csv_cells
+from board.reportkit.params import Window
 from board.reports import repository as repo
 from board.reports import service
 from board.reports.cost import (
@@ -35,8 +37,6 @@ from board.reports.cost import (
     window_pricing,
     workspace_currency,
 )
-from board.reports.csv import LINE_END, _cell, csv_cells
-from board.reports.params import Window
 from board.reports.schemas import UsageTotals
 
 # Rows per usage fetch: a few MiB of text in the worker at a time.
@@ -267,7 +267,7 @@ async def prepare_usage(
                 else:
                     out = io.StringIO()
                     csv.writer(out, lineterminator=LINE_END).writerows(
-                        [_cell(v) for v in r] for r in built
+                        [cell(v) for v in r] for r in built
                     )
                     yield out.getvalue().encode()
                 sent = True

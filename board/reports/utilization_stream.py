@@ -22,13 +22,14 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from board.reports import bodies, deflated, service, utilization_sql
+from board.reportkit import deflated
+from board.reportkit.csv import LINE_END, csv_cells
+from board.reportkit.deflated import Deflated
+from board.reportkit.params import Window
+from board.reportkit.streaming import plain
+from board.reports import bodies, service, utilization_sql
 from board.reports import repository as repo
-from board.reports.csv import LINE_END, csv_cells
-from board.reports.deflated import Deflated
-from board.reports.params import Window
 from board.reports.stream import ordered_keys
-from board.reports.streaming import plain
 from board.reports.utilization_sql import JSON_ROW_START
 
 # Live rows per query (keys taken in order until it or KEPT_BYTES of their kept

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.db.connection import report_connection
 from board.hosts.history import recent_averages
-from board.reports.params import parse_window, parse_zone
+from board.reportkit.params import parse_window, parse_zone
 from board.reports.utilization_stream import utilization_body
 from board.web.charts import percent_chart, series_class
 

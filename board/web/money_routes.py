@@ -18,8 +18,8 @@ from board.money import service as money
 from board.money.corrections import CorrectionWindow, PriceWindowDep
 from board.money.currencies import MINOR_UNITS
 from board.money.schemas import price_entry, price_key
-from board.reports.params import parse_zone
-from board.reports.slots import report_slot
+from board.reportkit.params import parse_zone
+from board.reportkit.slots import report_slot
 from board.web.deps import AdminPageDep, CsrfDep, Page, PageDep
 from board.web.prices_page import prices_view
 from board.web.render import PageRoute, error_page, finish, redirect, render

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from board.reports import bodies, deflated, params
-from board.reports.streaming import Part, gzipped, plain
+from board.reportkit import deflated, params
+from board.reportkit.streaming import Part, gzipped, plain
+from board.reports import bodies
 from board.runtime import Runtime
 from tests.board.db import execute, scalar
 from tests.board.test_reports_builders import refresh_all_days

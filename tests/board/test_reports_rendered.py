@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from board.reports import params
-from board.reports.csv import render_csv
+from board.reportkit import params
+from board.reportkit.csv import render_csv
 from board.runtime import Runtime
 from tests.board.db import execute, scalar
 from tests.board.test_reports_builders import quick_tenant, refresh_all_days

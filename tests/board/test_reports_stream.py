@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
-from board.reports import bodies, params, service, stream, utilization_stream
-from board.reports.csv import render_csv
-from board.reports.slots import APPLICATION_NAME
+from board.reportkit import params
+from board.reportkit.csv import render_csv
+from board.reportkit.slots import APPLICATION_NAME
+from board.reports import bodies, groupings, service, stream, utilization_stream
 from board.runtime import Runtime
 from board.workspaces import service as workspaces
 from tests.board.db import execute, scalar
@@ -120,7 +121,7 @@ async def test_streamed_usage_is_the_buffered_body(app, client, batches) -> None
     for group in USAGE_GROUPS:
         for start, end, tz in WINDOWS:
             window = params.parse_window(start, end, tz)
-            keys = params.parse_usage_group(group)
+            keys = groupings.parse_usage_group(group)
             if "day" in keys and "T" in start:
                 continue  # cut local days are the same rows; day keys need whole days
             async with runtime.pool.connection() as conn:

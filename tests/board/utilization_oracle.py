@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 import psycopg
 
+from board.reportkit.csv import render_csv
+from board.reportkit.params import Window
 from board.reports import service, utilization_sql
 from board.reports import utilization_stream as streamed
-from board.reports.csv import render_csv
-from board.reports.params import Window
 from board.reports.schemas import ReportCoverage, UtilizationHead
 
 

@@ -35,7 +35,9 @@ class Table(Protocol):
     def rows(self) -> Sequence[Mapping[str, Any]]: ...
 
 
-def _cell(value: object) -> object:
+def cell(value: object) -> object:
+    """A value as the CSV writer gets it: text made formula-safe, None empty, floats in
+    fixed notation with 6 decimals."""
     # Text cells only: figures are the board's own numbers and go as they are.
     # spreadsheet_text inlined: a call per cell costs ~15 % on a 90,000-row report.
     if isinstance(value, str):
@@ -51,7 +53,7 @@ def _cell(value: object) -> object:
 def csv_cells(values: Iterable[object]) -> str:
     """One row's cells as CSV, without the line end."""
     out = io.StringIO()
-    csv.writer(out, lineterminator=LINE_END).writerow([_cell(v) for v in values])
+    csv.writer(out, lineterminator=LINE_END).writerow([cell(v) for v in values])
     return out.getvalue()[: -len(LINE_END)]
 
 
@@ -65,7 +67,7 @@ def render_csv(report: Table, cost_digits: int = 2) -> str:
         [
             f"{row[c]:.{cost_digits}f}"
             if c == "cost" and isinstance(row[c], float)
-            else _cell(row[c])
+            else cell(row[c])
             for c in report.columns
         ]
         for row in report.rows
