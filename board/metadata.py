@@ -16,7 +16,6 @@ from board.directory.models import DirectoryEntry
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
 from board.ingest.tables import host_observations
-from board.money.models import Price, WorkspaceCurrency
 from board.notices.models import (
     NoticeChannel,
     NoticeDelivery,
@@ -25,6 +24,7 @@ from board.notices.models import (
     NoticeEvent,
     NoticeSnooze,
 )
+from board.pricing.models import Price, WorkspaceCurrency
 from board.reports.bodies import ReportBody
 from board.reservations.models import (
     CalendarFeedToken,

@@ -19,9 +19,9 @@ import orjson
 import psycopg
 
 from board.errors import Unprocessable
+from board.pricing.cost import amount, exact, window_pricing, workspace_currency
 from board.reportkit.params import HOUR, Window
 from board.reports import repository as repo
-from board.reports.cost import amount, exact, window_pricing, workspace_currency
 from board.reports.schemas import (
     ReportCoverage,
     UsageHead,
@@ -46,7 +46,7 @@ KEY_COLUMNS = {
     "day": ("day",),
 }
 USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
-# Last on every usage row (after coveredGpuHours where there is one): board/reports/cost.py.
+# Last on every usage row (after coveredGpuHours where there is one): board/pricing/cost.py.
 COST_FIGURES = ("cost", "currency")
 UTILIZATION_FIGURES = (
     "bucketStart",

@@ -25,11 +25,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from board.reportkit.csv import LINE_END, cell, csv_cells
-from board.reportkit.params import Window
-from board.reports import repository as repo
-from board.reports import service
-from board.reports.cost import (
+from board.pricing.cost import (
     Pricing,
     amount,
     amount_text,
@@ -37,6 +33,10 @@ from board.reports.cost import (
     window_pricing,
     workspace_currency,
 )
+from board.reportkit.csv import LINE_END, cell, csv_cells
+from board.reportkit.params import Window
+from board.reports import repository as repo
+from board.reports import service
 from board.reports.schemas import UsageTotals
 
 # Rows per usage fetch: a few MiB of text in the worker at a time.

@@ -10,7 +10,7 @@ import psycopg
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from board.errors import DomainError, Unprocessable
-from board.money.currencies import MINOR_UNITS
+from board.pricing.currencies import MINOR_UNITS
 from board.reportkit import params
 from board.reportkit.csv import render_csv
 from board.reportkit.slots import report_slot

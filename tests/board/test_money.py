@@ -14,11 +14,7 @@ import psycopg
 import pytest
 
 from board.db.urls import libpq_url
-from board.reportkit import params
-from board.reportkit.csv import render_csv
-from board.reports import groupings, service
-from board.reports import repository as repo
-from board.reports.cost import (
+from board.pricing.cost import (
     Currency,
     Pricing,
     amount,
@@ -26,6 +22,10 @@ from board.reports.cost import (
     minor_amount,
     window_pricing,
 )
+from board.reportkit import params
+from board.reportkit.csv import render_csv
+from board.reports import groupings, service
+from board.reports import repository as repo
 from board.rollups.daily import refresh_day_rollups
 from board.runtime import Runtime
 from tests.board.builders import enroll, push

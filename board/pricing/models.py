@@ -1,4 +1,5 @@
-"""Money's tables: a workspace's currency and its prices per GPU model.
+"""Pricing's tables: a workspace's currency and its prices per GPU model (money edits
+them: board/money/service.py).
 
 The view `price_ranges` (migration "prices") turns each price into the range
 [starts_at, next start of the same model) that reports join to price an hour.
