@@ -19,7 +19,7 @@ from pathlib import Path
 BOARD = Path(__file__).resolve().parents[1] / "board"
 
 KIT = {"db", "auth", "errors", "settings", "httpserver", "edge", "jsonbodies", "logs", "metrics"}
-KIT |= {"reportkit"}
+KIT |= {"reportkit", "zones"}
 ENTRY = {"app", "cli", "demo", "demo_history", "demo_hosts", "demo_story", "metadata"}
 # runtime builds the domains' parts; maintenance schedules partitions and rollups.
 LAYER_OF_SPECIAL = {"runtime": 2, "maintenance": 2, "web": 3}

@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime, timedelta
 from functools import cached_property
 
 from board.errors import Unprocessable, explained_missing
-from board.reportkit.zones import iana_zone
+from board.zones import iana_zone
 
 MAX_WINDOW_DAYS = 400
 FORMATS = ("json", "csv")

@@ -18,11 +18,11 @@ from board.db.deps import SessionDep
 from board.enrollment import service as enrollment
 from board.errors import DomainError, TooManyRequests
 from board.hosts import service as hosts
-from board.reportkit.zones import iana_zone
 from board.runtime import RuntimeDep
 from board.web.deps import AdminPageDep, CsrfDep, Page
 from board.web.render import PageRoute, redirect, render
 from board.workspaces import service as workspaces
+from board.zones import iana_zone
 
 router = APIRouter(prefix="/w/{slug}/admin", route_class=PageRoute, include_in_schema=False)
 

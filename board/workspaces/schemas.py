@@ -25,7 +25,7 @@ from pydantic_core import PydanticCustomError
 
 from board.errors import NO_CONTROL
 from board.readmodels import IsoTime, ReadModel
-from board.reportkit.zones import iana_zone
+from board.zones import iana_zone
 
 
 class SampleGapValue(ReadModel):

@@ -79,7 +79,7 @@ def test_tables_updated_in_place_keep_room_for_hot_updates(database_url: str) ->
 def test_zone_folder_copies_stored_as_workspace_zones_become_iana_zones(database_url: str) -> None:
     import psycopg
 
-    from board.reportkit.zones import iana_zone
+    from board.zones import iana_zone
 
     config = alembic_config(database_url)
     command.downgrade(config, "a25c8d2e4f50")
