@@ -51,7 +51,9 @@ from bench.reports import (  # noqa: E402
 )
 from board.app import create_app, tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
-from board.reports import params, service  # noqa: E402
+from board.reportkit import params  # noqa: E402
+from board.reports import service  # noqa: E402
+from board.reports.groupings import USAGE_KEYS  # noqa: E402
 from board.settings import Settings  # noqa: E402
 
 TEAMS = ["team-a", "team-b", "team-c", "team-d", "team-e"]
@@ -97,7 +99,7 @@ async def measure(
     month_start = (day - timedelta(days=30)).isoformat()
     rows: list[list[str]] = []
     # The code before money knows no team, no FOCUS and no statements.
-    with_money = "team" in params.USAGE_KEYS
+    with_money = "team" in USAGE_KEYS
     groupings: list[tuple[str, ...]] = [("team",), ("team", "user"), ("team", "day"), ("user",)]
     groupings = groupings if with_money else [("user",)]
     async with await psycopg.AsyncConnection.connect(url) as conn:

@@ -11,11 +11,12 @@ What it does:
    user_hour_rollups (20 Linux users; a GPU-hour is held by nobody, one user or two);
    the closed days' day rollups are computed as the maintenance schedule does; then
    VACUUM ANALYZE, as autovacuum would have done;
-3. times, through the service functions the routes call (alone, then with the body
-   made) and through the ASGI app (auth, routing, the body and all): usage groupBy=user
-   over 30 and 90 days, utilization groupBy=gpu bucket=day over 90 days as JSON and as
-   CSV; prints median and p95 over --repeat calls after one warm-up call; then the
-   host page's history (24 hourly buckets per GPU of one host) through the service;
+3. times, in process (usage: the service function, alone, then with the body made;
+   utilization: its streamed body, made whole, none of it kept) and through the ASGI
+   app (auth, routing, the body and all): usage groupBy=user over 30 and 90 days,
+   utilization groupBy=gpu bucket=day over 90 days as JSON and as CSV; prints median
+   and p95 over --repeat calls after one warm-up call; then the host page's history
+   (24 hourly buckets per GPU of one host) as the page reads it (the report's JSON);
 4. --served: the same fleet through a served board (`gua-board serve --workers 1` of
    this checkout, over HTTP): first byte, whole body, server CPU and the worker's peak
    RSS for the hourly per-GPU and per-host, the daily per-GPU and the usage reports over
@@ -52,7 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from board.app import create_app, tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
-from board.reports import params, rendered, service  # noqa: E402
+from board.reportkit import params  # noqa: E402
+from board.reports import service  # noqa: E402
+from board.reports.utilization_stream import utilization_body  # noqa: E402
 from board.rollups.daily import refresh_day_rollups  # noqa: E402
 from board.settings import Settings  # noqa: E402
 
@@ -234,10 +237,10 @@ async def measure(
                 f"utilization groupBy=gpu bucket=day, 90 days, {fmt}",
                 {"groupBy": "gpu", "bucket": "day", "format": fmt},
                 90,
-                lambda c, fmt=fmt: rendered.utilization(
+                lambda c, fmt=fmt: utilization_body(
                     c, workspace_id, windows[90], "gpu", "day", fmt
                 ),
-                lambda report: report.body(),
+                lambda body: body,
             )
         )
     # Hourly buckets (--hourly): per host over 90 days (270,000 rows summed from 2.16 M
@@ -248,10 +251,10 @@ async def measure(
                 f"utilization groupBy={group} bucket=hour, {span} days, json",
                 {"groupBy": group, "bucket": "hour"},
                 span,
-                lambda c, group=group, span=span: rendered.utilization(
+                lambda c, group=group, span=span: utilization_body(
                     c, workspace_id, windows[span], group, "hour", "json"
                 ),
-                lambda report: report.body(),
+                lambda body: body,
             )
         )
     table: list[list[str]] = []
@@ -331,7 +334,7 @@ async def measure_host_page(
     url: str, workspace_id: int, end: datetime, repeat: int
 ) -> list[list[str]]:
     """The host page's history: 24 hourly buckets per GPU, of one host or (as the page
-    once read it, then filtered) of the whole fleet; service function only."""
+    once read it, then filtered) of the whole fleet; the report's body, parsed."""
     window = params.parse_window((end - timedelta(hours=24)).isoformat(), end.isoformat(), None)
     table = []
     async with await psycopg.AsyncConnection.connect(url) as conn:
@@ -343,14 +346,15 @@ async def measure_host_page(
         for name, host_id in (("one host", host[0]), ("whole fleet", None)):
 
             async def run(host_id: int | None = host_id) -> Any:
-                report = await service.utilization_report(
-                    conn, workspace_id, window, "gpu", "hour", host_id
+                # As the page reads it: the report's JSON body, parsed.
+                body = await utilization_body(
+                    conn, workspace_id, window, "gpu", "hour", "json", host_id
                 )
                 await conn.commit()
-                return report
+                return orjson.loads(body)["rows"]
 
-            median, p95, report = await timed(run, repeat)
-            table.append([name, f"{len(report.rows):,}", f"{median:.0f}", f"{p95:.0f}"])
+            median, p95, rows = await timed(run, repeat)
+            table.append([name, f"{len(rows):,}", f"{median:.0f}", f"{p95:.0f}"])
     return table
 
 

@@ -15,7 +15,6 @@ from board.db.base import Base
 from board.directory.models import DirectoryEntry
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
-from board.money.models import Price, WorkspaceCurrency
 from board.notices.models import (
     NoticeChannel,
     NoticeDelivery,
@@ -25,6 +24,7 @@ from board.notices.models import (
     NoticeSnooze,
 )
 from board.observations.tables import host_observations
+from board.pricing.models import Price, WorkspaceCurrency
 from board.reports.bodies import ReportBody
 from board.reservations.models import (
     CalendarFeedToken,

@@ -37,6 +37,7 @@ KIT = {
     "readmodels",
     "zones",
     "apidocs",
+    "reportkit",
 }
 ENTRY = {"app", "cli", "demo", "demo_history", "demo_hosts", "demo_story", "metadata"}
 # runtime builds the domains' parts; maintenance schedules partitions and rollups.

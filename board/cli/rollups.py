@@ -18,7 +18,7 @@ import psycopg
 
 from board.db.urls import libpq_url, resolve_database_url
 from board.errors import DomainError
-from board.reports.params import parse_bound
+from board.reportkit.params import parse_bound
 from board.reservations.rebuild import FigureRebuild, rebuild_hours
 from board.rollups.rebuild import HOUR, RebuildResult, raw_span
 from board.settings import Settings

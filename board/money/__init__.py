@@ -1,1 +1,2 @@
-"""Money: prices per GPU model, cost in reports, the FOCUS export and team statements."""
+"""Money: price edits (the correction window, the audit), the FOCUS export and team
+statements, on the money core in board/pricing (tables, currencies, cost)."""

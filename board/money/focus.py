@@ -17,11 +17,11 @@ from typing import Any
 
 import psycopg
 
+from board.pricing.cost import Currency, amount_text, exact, has_renames, workspace_currency
+from board.reportkit.csv import LINE_END, csv_cells
+from board.reportkit.params import Window
 from board.reports import repository as repo
 from board.reports import service as reports
-from board.reports.cost import Currency, amount_text, exact, has_renames, workspace_currency
-from board.reports.csv import LINE_END, csv_cells
-from board.reports.params import Window
 
 # FOCUS 1.2's Mandatory columns (each marked "Feature level: Mandatory" in the
 # specification's column pages), with their data types.

@@ -17,7 +17,6 @@ from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
 from board.errors import Conflict, NotFound
 from board.money.corrections import CorrectionWindow, refuse_backdated, refuse_fixed
-from board.money.currencies import check_currency
 from board.money.schemas import PriceIn, PricesOut
 from board.money.service import (
     any_fixed,
@@ -31,6 +30,7 @@ from board.money.service import (
     stored_prices,
     zone_of,
 )
+from board.pricing.currencies import check_currency
 
 
 async def set_price(

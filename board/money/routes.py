@@ -14,9 +14,9 @@ from board.money import price_edits, service
 from board.money.corrections import PriceWindowDep
 from board.money.focus import Account, prepare_focus
 from board.money.schemas import PriceAmountIn, PricesIn, PricesOut, price_entry, price_key
-from board.reports import params
-from board.reports.slots import take_report_connection
-from board.reports.streaming import ReportStreamResponse
+from board.reportkit import params
+from board.reportkit.slots import take_report_connection
+from board.reportkit.streaming import ReportStreamResponse
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}", tags=["money"])
 

@@ -32,9 +32,9 @@ from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
 from board.errors import Conflict, Unprocessable
 from board.money.corrections import CorrectionWindow, refuse_backdated, refuse_fixed
-from board.money.currencies import MINOR_UNITS, check_currency
 from board.money.schemas import PriceOut, PricesIn, PricesOut
-from board.reports.params import parse_zone
+from board.pricing.currencies import MINOR_UNITS, check_currency
+from board.reportkit.params import parse_zone
 
 # The first key of the advisory lock that serializes a workspace's price changes.
 PUT_LOCK = 0x67756D6F

@@ -18,12 +18,12 @@ from typing import Any
 import psycopg
 
 from board.errors import Unprocessable
+from board.pricing.cost import Currency, amount_text, exact, has_renames, workspace_currency
 from board.readmodels import ReadModel
+from board.reportkit.csv import LINE_END, csv_cells
+from board.reportkit.params import Window, local_day_hour, parse_window
 from board.reports import repository as repo
 from board.reports import service as reports
-from board.reports.cost import Currency, amount_text, exact, has_renames, workspace_currency
-from board.reports.csv import LINE_END, csv_cells
-from board.reports.params import Window, local_day_hour, parse_window
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$", re.ASCII)  # "٢٠٢٦-١١" is no month here
 

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.db.connection import report_connection
 from board.notices.detect import Seen, WorkspaceRow
 from board.notices.events import enqueue, iso
-from board.reports.params import local_day_hour, parse_window
+from board.reportkit.params import local_day_hour, parse_window
 from board.reports.service import usage_report
 from board.reservations.report import build as reservation_report
 

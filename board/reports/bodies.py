@@ -6,7 +6,7 @@ no longer change. So each key's (GPU's or host's) rows are kept per *block* of w
 units (UTC days for hourly buckets, local days for daily ones) as a raw deflate
 segment that refers to nothing before it: a body is the kept segments of its blocks
 and the live text of everything else (the open day, dirty days, cut edges), stitched
-into one gzip stream without compressing the kept parts again (board.reports.streaming).
+into one gzip stream without compressing the kept parts again (board.reportkit.streaming).
 
 When a kept block may be sent: every UTC day it touches is clean in the report's
 snapshot (no rollup_dirty_days mark) and the rollup_day_versions of those days add up
@@ -38,8 +38,8 @@ from sqlalchemy import Text as SqlText
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
-from board.reports.deflated import Deflated
-from board.reports.params import HOUR, Window
+from board.reportkit.deflated import Deflated
+from board.reportkit.params import HOUR, Window
 
 log = logging.getLogger(__name__)
 

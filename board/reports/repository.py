@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from board.reports.cost import Pricing
+from board.pricing.cost import Pricing
 
 # The SQL behind each grouping column; `day` is the local date a bucket starts on.
 _EXPRESSIONS = {
@@ -116,7 +116,7 @@ def costed_user_source(
 ) -> str:
     """USER_SOURCE with each Linux user's team (the directory as it is now), the GPU's
     model and the exact cost numerators, held and idle-held: µs × the price per GPU-hour
-    in force (board/reports/cost.py rounds them; docs/money.md).
+    in force (board/pricing/cost.py rounds them; docs/money.md).
 
     Rows are first summed per Linux user, GPU model and price segment, and per the
     report's `columns` among gpu_id, host_id and day (as `t`, the local day's first

@@ -10,14 +10,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from board.auth.deps import ReaderDep, WorkspaceContext
-from board.reports import bodies, params, stream, utilization_stream
+from board.reportkit import params
+from board.reportkit.slots import keeper_connect, take_report_connection
+from board.reportkit.streaming import Part, ReportStreamResponse, accepts_gzip
+from board.reports import bodies, groupings, stream, utilization_stream
 from board.reports.schemas import UsageReportOut, UtilizationReportOut
-from board.reports.slots import keeper_connect, take_report_connection
-from board.reports.streaming import Part, ReportStreamResponse, accepts_gzip
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/reports", tags=["reports"])
 
-# Parsed by board.reports.params, so every bad value gets a sentence saying why.
+# Parsed by board.reportkit.params and board.reports.groupings, so every bad value gets
+# a sentence saying why.
 Text = Annotated[str | None, Query()]
 # The body is streamed as bytes (board.reports.stream), so FastAPI does not serialize it:
 # the models document it for /docs, and `format=csv` sends text/csv instead.
@@ -73,7 +75,7 @@ async def usage(
     fmt: Annotated[str | None, Query(alias="format")] = None,
 ) -> Response:
     window = params.parse_window(from_, to, tz)
-    keys = params.parse_usage_group(group_by)
+    keys = groupings.parse_usage_group(group_by)
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
     conn = await take_report_connection(request, ctx.workspace_id)
     prepared = stream.prepare_usage(conn, ctx.workspace_id, window, keys, chosen_format)
@@ -97,8 +99,8 @@ async def utilization(
     fmt: Annotated[str | None, Query(alias="format")] = None,
 ) -> Response:
     window = params.parse_window(from_, to, tz)
-    group = params.parse_choice("groupBy", group_by, params.UTILIZATION_GROUPS, "host")
-    chosen = params.parse_choice("bucket", bucket, params.BUCKETS, "day")
+    group = params.parse_choice("groupBy", group_by, groupings.UTILIZATION_GROUPS, "host")
+    chosen = params.parse_choice("bucket", bucket, groupings.BUCKETS, "day")
     chosen_format = params.parse_choice("format", fmt, params.FORMATS, "json")
     conn = await take_report_connection(request, ctx.workspace_id)
 

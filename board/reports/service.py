@@ -1,4 +1,6 @@
-"""The usage and utilization reports of board-api.md, computed from hourly rollups only.
+"""The usage report of board-api.md, and what the utilization report shares with it
+(its scope, key fields, names and head: board.reports.utilization_stream renders it),
+computed from hourly rollups only.
 
 Figures are summed as integer microseconds and turned into hours (6 decimals) only at
 the end, so a total is exactly the sum of its hours, whatever the grouping.
@@ -10,7 +12,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
@@ -18,10 +19,9 @@ import orjson
 import psycopg
 
 from board.errors import Unprocessable
+from board.pricing.cost import amount, exact, window_pricing, workspace_currency
+from board.reportkit.params import HOUR, Window
 from board.reports import repository as repo
-from board.reports import utilization_sql
-from board.reports.cost import amount, exact, window_pricing, workspace_currency
-from board.reports.params import HOUR, Window
 from board.reports.schemas import (
     ReportCoverage,
     UsageHead,
@@ -46,7 +46,7 @@ KEY_COLUMNS = {
     "day": ("day",),
 }
 USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
-# Last on every usage row (after coveredGpuHours where there is one): board/reports/cost.py.
+# Last on every usage row (after coveredGpuHours where there is one): board/pricing/cost.py.
 COST_FIGURES = ("cost", "currency")
 UTILIZATION_FIGURES = (
     "bucketStart",
@@ -57,10 +57,6 @@ UTILIZATION_FIGURES = (
     "avgUtilPct",
     "avgMemoryUsedPct",
 )
-
-
-def from_epoch(seconds: int) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
 
 
 def hours(us: int) -> float:
@@ -97,30 +93,6 @@ class UsageReport:
         """The JSON body. orjson: the standard library took several times longer to
         encode a large report."""
         return orjson.dumps(self.as_json())
-
-
-@dataclass
-class UtilizationReport:
-    """The utilization report with its rows as dicts, for the pages (the API sends the
-    same rows written by PostgreSQL: board.reports.rendered)."""
-
-    head: UtilizationHead
-    columns: tuple[str, ...]
-    # Plain dicts: up to 90,000 rows, each built once from its block's key fields.
-    rows: list[dict[str, Any]]
-    coverage: ReportCoverage
-
-    def as_json(self) -> dict[str, Any]:
-        """The body as a JSON object (schemas.UtilizationReportOut), which the tests
-        hold rendered.utilization's body to."""
-        body = self.head.model_dump()
-        body["rows"] = self.rows
-        body["coverage"] = self.coverage.model_dump()
-        return body
-
-
-# What the CSV writer takes: any report with columns and rows.
-Report = UsageReport | UtilizationReport
 
 
 async def usage_scope(
@@ -348,46 +320,3 @@ def utilization_head(window: Window, group: str, bucket: str) -> UtilizationHead
         tz=window.tz_name,
         hour_alignment=window.hour_alignment(),
     )
-
-
-async def utilization_report(
-    conn: psycopg.AsyncConnection[Any],
-    workspace_id: int,
-    window: Window,
-    group: str,
-    bucket: str,
-    host_id: int | None = None,
-) -> UtilizationReport:
-    """Per host or GPU and hour or day: time in each state, mean utilization and memory.
-
-    The rows as dicts, for the pages; the API sends the same rows written by
-    PostgreSQL (board.reports.rendered). `host_id`: only that host's GPUs (or itself)."""
-    scope = await utilization_scope(conn, workspace_id, window, bucket, host_id)
-    with zone_known_to_database(window):
-        found = await utilization_sql.utilization_rows(conn, scope, group, bucket)
-        coverage = await report_coverage(conn, scope, window)
-
-    # Rows come grouped by id and in time order; the blocks go in name order.
-    blocks = {key: list(rows) for key, rows in groupby(found, key=itemgetter(0))}
-    starts: dict[int, str] = {}
-    rows: list[dict[str, Any]] = []
-    for key, keys in await ordered_keys(conn, workspace_id, group, set(blocks)):
-        # Up to 90,000 rows: each object is built once, from its block's key fields.
-        for _, epoch, covered, active, idle_held, idle, util, memory in blocks[key]:
-            start = starts.get(epoch)
-            if start is None:
-                start = starts[epoch] = window.local(from_epoch(epoch)).isoformat()
-            rows.append(
-                {
-                    **keys,
-                    "bucketStart": start,
-                    "coveredHours": covered,
-                    "activeHours": active,
-                    "idleHeldHours": idle_held,
-                    "idleHours": idle,
-                    "avgUtilPct": util,
-                    "avgMemoryUsedPct": memory,
-                }
-            )
-    head = utilization_head(window, group, bucket)
-    return UtilizationReport(head, KEY_FIELDS[group] + UTILIZATION_FIGURES, rows, coverage)

@@ -4,9 +4,10 @@ Each report is read in two steps. `prepare` runs in the request, before any byte
 it checks what only the database can check (a zone it does not know is a 422, not a
 broken body), resolves the keys' names and their order, and runs the first query. Then
 the body streams: the rows a batch at a time, the totals and coverage last, as the JSON
-shape has them. The bytes are exactly those of the buffered reports (the pages' path,
-`service.usage_report` and `rendered.utilization`; tests hold them equal), only sent
-as they come: a worker holds one batch of rows at a time, whatever the window.
+shape has them. The usage body's bytes are exactly those of the buffered report (the
+pages' path, `service.usage_report`; tests hold them equal), only sent as they come: a
+worker holds one batch of rows at a time, whatever the window. The utilization report
+is board.reports.utilization_stream.
 
 Row order is the buffered reports' order. Keys are hosts and GPUs in name order,
 users and days ascending; PostgreSQL sorts by each host's (or GPU's) position in the
@@ -24,9 +25,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from board.reports import repository as repo
-from board.reports import service
-from board.reports.cost import (
+from board.pricing.cost import (
     Pricing,
     amount,
     amount_text,
@@ -34,8 +33,10 @@ from board.reports.cost import (
     window_pricing,
     workspace_currency,
 )
-from board.reports.csv import LINE_END, _cell, csv_cells
-from board.reports.params import Window
+from board.reportkit.csv import LINE_END, cell, csv_cells
+from board.reportkit.params import Window
+from board.reports import repository as repo
+from board.reports import service
 from board.reports.schemas import UsageTotals
 
 # Rows per usage fetch: a few MiB of text in the worker at a time.
@@ -89,15 +90,24 @@ _KNOWN_KEYS = {
     """,
 }
 
+_HOST_GPUS = "SELECT id FROM gpus WHERE workspace_id = %(ws)s AND host_id = %(host)s"
+
 
 async def ordered_keys(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, group: str
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, group: str, host_id: int | None = None
 ) -> list[tuple[int, dict[str, Any]]]:
     """Every GPU (or host) the workspace has, or has rollups of (a deleted one too), with
     its key fields, in the reports' name order. A short index skip-scan, not a read of
-    the rows: a key without rows in the window simply contributes none."""
-    cur = await conn.execute(_KNOWN_KEYS[group], {"ws": workspace_id})
-    ids = {int(r[0]) for r in await cur.fetchall()}
+    the rows: a key without rows in the window simply contributes none.
+
+    `host_id`: that host (a host page), or its GPUs; a GPU is one host's for as long as
+    it exists, and its row goes only with its host's."""
+    if host_id is not None and group == "host":
+        ids = {host_id}
+    else:
+        statement = _HOST_GPUS if host_id is not None else _KNOWN_KEYS[group]
+        cur = await conn.execute(statement, {"ws": workspace_id, "host": host_id})
+        ids = {int(r[0]) for r in await cur.fetchall()}
     return await service.ordered_keys(conn, workspace_id, group, ids)
 
 
@@ -257,7 +267,7 @@ async def prepare_usage(
                 else:
                     out = io.StringIO()
                     csv.writer(out, lineterminator=LINE_END).writerows(
-                        [_cell(v) for v in r] for r in built
+                        [cell(v) for v in r] for r in built
                     )
                     yield out.getvalue().encode()
                 sent = True

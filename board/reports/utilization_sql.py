@@ -1,17 +1,54 @@
 """The utilization report's SQL: its figures per GPU or host and bucket, from the hour,
-host-hour and day rollups (board.reports.repository has the report scope and the rest).
+host-hour and day rollups, and each row as the text the API sends (PostgreSQL writes the
+rows: building 90,000 dicts in Python and encoding them took longer than the query).
+board.reports.repository has the report scope and the rest.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import psycopg
-
-from board.reports.repository import Scope
-
 # Each figure as an integer number of millionths (hours or percent), named here.
 FIGURES = ("covered", "active", "idle_held", "idle", "util_pct", "memory_pct")
+# Row fields after the key fields, in board-api.md's order, with their figure columns.
+ROW_FIELDS = (
+    ("coveredHours", "covered"),
+    ("activeHours", "active"),
+    ("idleHeldHours", "idle_held"),
+    ("idleHours", "idle"),
+    ("avgUtilPct", "util_pct"),
+    ("avgMemoryUsedPct", "memory_pct"),
+)
+# How every JSON row starts; each key's fields go in front of it.
+JSON_ROW_START = b'{"bucketStart":'
+
+
+def json_number(millionths: str) -> str:
+    """A figure kept in millionths as the JSON number Python writes for millionths / 1e6:
+    float8 text is the same shortest form, except that it writes whole numbers without
+    ".0" (24, not 24.0), which would make them integers to a JSON reader. NULL: null."""
+    return (
+        f"CASE WHEN {millionths} IS NULL THEN 'null' "
+        f"WHEN {millionths} %% 1000000 = 0 THEN ({millionths} / 1000000)::text || '.0' "
+        f"ELSE ({millionths}::float8 / 1e6)::text END"
+    )
+
+
+def csv_number(millionths: str) -> str:
+    """A figure kept in millionths with exactly 6 decimals, as the CSV writes floats
+    (fixed notation); NULL: an empty cell."""
+    return (
+        f"CASE WHEN {millionths} IS NULL THEN '' ELSE ({millionths} / 1000000)::text || '.' "
+        f"|| lpad(({millionths} %% 1000000)::text, 6, '0') END"
+    )
+
+
+def row_text_sql(fmt: str) -> str:
+    """Each row's whole text: the row separator first (the body's first row drops it),
+    its key's fields (k.prefix), its bucket's label (lb.label), then the figures."""
+    if fmt == "json":
+        fields = ", ".join(f"',\"{name}\":', {json_number(column)}" for name, column in ROW_FIELDS)
+        return f"concat(',', k.prefix, lb.label, {fields}, '}}')"
+    fields = ", ".join(f"',', {csv_number(column)}" for _, column in ROW_FIELDS)
+    return f"concat(E'\\r\\n', k.prefix, lb.label, {fields})"
 
 
 def _figures(c: str, a: str, ih: str, i: str, u: str, mu: str, mt: str) -> str:
@@ -107,21 +144,3 @@ def utilization_figures_sql(
         GROUP BY key, bucket
         HAVING sum(c) > 0
     """
-
-
-async def utilization_rows(
-    conn: psycopg.AsyncConnection[Any], scope: Scope, group: str, bucket: str
-) -> list[tuple[Any, ...]]:
-    """(gpu_id or host_id, bucket start in epoch seconds, coveredHours …
-    avgMemoryUsedPct), each GPU's (or host's) rows together and in time order."""
-    statement = f"""
-        SELECT key, extract(epoch FROM bucket)::bigint,
-               {", ".join(f"{f}::float8 / 1e6" for f in FIGURES)}
-        FROM ({utilization_figures_sql(group, bucket, scope.host_id is not None)}) AS f
-        ORDER BY key, bucket
-    """
-    # Binary results of plain numbers: 90,000 rows load noticeably faster than as text
-    # or with timestamps (the client-side decoding is most of this report's cost).
-    async with conn.cursor(binary=True) as cur:
-        await cur.execute(statement, scope.params())
-        return await cur.fetchall()

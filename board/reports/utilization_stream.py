@@ -1,12 +1,13 @@
-"""The utilization report's body, streamed: kept blocks as they were deflated, the rest
-rendered by PostgreSQL as the rows come.
+"""The utilization report, its rows rendered by PostgreSQL and streamed: the one path
+of the API and the pages (the host page charts this body, parsed).
 
-The bytes are rendered.utilization's (the tests hold them equal). Rows are in key name
-order, then time; each key's time axis is cut into the pieces of bodies.plan: a kept
-block is sent as its deflated segment (board.reports.bodies says when that is right),
-anything else is rendered live, and a block rendered live is deflated and kept for the
-next report. Every row's text starts with the row separator, so pieces join as they
-are; the JSON body's first row loses its comma.
+A 90-day per-GPU report is 90,000 rows (27 MiB of JSON); PostgreSQL writes each row as
+JSON or CSV text (board.reports.utilization_sql), Python only puts the pieces together.
+Rows are in key name order, then time; each key's time axis is cut into the pieces of
+bodies.plan: a kept block is sent as its deflated segment (board.reports.bodies says when
+that is right), anything else is rendered live, and a block rendered live is deflated
+and kept for the next report. Every row's text starts with the row separator, so pieces
+join as they are; the JSON body's first row loses its comma.
 """
 
 from __future__ import annotations
@@ -17,14 +18,19 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 
-from board.reports import bodies, deflated, service, utilization_sql
+from board.reportkit import deflated
+from board.reportkit.csv import LINE_END, csv_cells
+from board.reportkit.deflated import Deflated
+from board.reportkit.params import Window
+from board.reportkit.streaming import plain
+from board.reports import bodies, service, utilization_sql
 from board.reports import repository as repo
-from board.reports.csv import LINE_END, csv_cells
-from board.reports.deflated import Deflated
-from board.reports.params import Window
-from board.reports.rendered import _FIELDS, JSON_ROW_START, _csv_number, _json_number, _Utf8Bytes
 from board.reports.stream import ordered_keys
+from board.reports.utilization_sql import JSON_ROW_START
 
 # Live rows per query (keys taken in order until it or KEPT_BYTES of their kept
 # segments are reached) and per fetch: a few MiB in the worker at a time.
@@ -36,20 +42,21 @@ Part = bytes | Deflated
 Parts = AsyncIterator[Part]
 
 
-def _row_sql(fmt: str) -> str:
-    """Each row's whole text: separator, key fields, bucket label, figures."""
-    if fmt == "json":
-        fields = ", ".join(f"',\"{name}\":', {_json_number(column)}" for name, column in _FIELDS)
-        return f"concat(',', k.prefix, lb.label, {fields}, '}}')"
-    fields = ", ".join(f"',', {_csv_number(column)}" for _, column in _FIELDS)
-    return f"concat(E'\\r\\n', k.prefix, lb.label, {fields})"
+class _Utf8Bytes(Loader):
+    """Text as its UTF-8 bytes: the rendered rows go into the body as they are."""
+
+    format = Format.BINARY
+
+    def load(self, data: Buffer) -> bytes:
+        return bytes(data)
 
 
-def _live_sql(group: str, bucket: str, fmt: str) -> str:
+def _live_sql(group: str, bucket: str, fmt: str, one_host: bool) -> str:
     """The rows of the asked (key, piece) pairs, in body order, tagged with both."""
+    figures = utilization_sql.utilization_figures_sql(group, bucket, one_host, keyed=True)
     return f"""
-        SELECT k.ord, n.idx, {_row_sql(fmt)}, f.covered_us
-        FROM ({utilization_sql.utilization_figures_sql(group, bucket, keyed=True)}) AS f
+        SELECT k.ord, n.idx, {utilization_sql.row_text_sql(fmt)}, f.covered_us
+        FROM ({figures}) AS f
         JOIN unnest(%(keys)s::bigint[], %(ords)s::int[], %(prefixes)s::text[])
              AS k(id, ord, prefix) ON k.id = f.key
         JOIN unnest(%(need_keys)s::bigint[], %(need_pieces)s::int[]) AS n(key, idx)
@@ -121,10 +128,12 @@ async def prepare_utilization(
     bucket: str,
     fmt: str,
     connect: Callable[[], Any] | None = None,
+    host_id: int | None = None,
 ) -> Parts:
     """The utilization report's body as parts: text, or kept deflated segments.
-    `connect`: a new autocommit connection on which blocks rendered live are kept."""
-    scope = await service.utilization_scope(conn, workspace_id, window, bucket)
+    `connect`: a new autocommit connection on which blocks rendered live are kept.
+    `host_id`: only that host's GPUs (or itself), as a host page charts them."""
+    scope = await service.utilization_scope(conn, workspace_id, window, bucket, host_id)
     with service.zone_known_to_database(window):
         hours = await _hour_buckets(conn, scope, bucket)
     labels: dict[datetime, str] = {}
@@ -132,7 +141,7 @@ async def prepare_utilization(
         if start not in labels:
             label = window.local(start).isoformat()
             labels[start] = orjson.dumps(label).decode() if fmt == "json" else csv_cells((label,))
-    keys = await ordered_keys(conn, workspace_id, group)
+    keys = await ordered_keys(conn, workspace_id, group, host_id)
     prefixes = []
     for _, fields in keys:
         if fmt == "json":
@@ -155,7 +164,7 @@ async def prepare_utilization(
     else:
         # Every row starts with its line end; the body ends with one.
         first = csv_cells(columns).encode()
-    statement = _live_sql(group, bucket, fmt)
+    statement = _live_sql(group, bucket, fmt, host_id is not None)
     values = {
         **scope.params(),
         "starts": starts,
@@ -252,6 +261,21 @@ async def prepare_utilization(
             yield LINE_END.encode()
 
     return parts()
+
+
+async def utilization_body(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    window: Window,
+    group: str,
+    bucket: str,
+    fmt: str,
+    host_id: int | None = None,
+) -> bytes:
+    """The whole body as the API sends it (without gzip), kept blocks read, none kept:
+    what a page charts (its JSON, parsed)."""
+    parts = await prepare_utilization(conn, workspace_id, window, group, bucket, fmt, None, host_id)
+    return b"".join([chunk async for chunk in plain(parts)])
 
 
 async def _live(

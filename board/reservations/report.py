@@ -3,7 +3,7 @@ host or day (accounting.md, "Reservations"), JSON or CSV.
 
 Reads the per-hour figures the ingest path credits (from both places they are kept in,
 board.reservations.figures) and the bookings' ranges; never a scan of raw samples. The
-window and zone rules are the usage report's (board.reports.params): whole UTC hours, a
+window and zone rules are the usage report's (board.reportkit.params): whole UTC hours, a
 local day being the UTC hours that start on it (a date: its first such hour).
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 import psycopg
 
 from board.readmodels import ReadModel
-from board.reports.csv import spreadsheet_text
-from board.reports.params import FORMATS, Window, parse_choice, parse_window
+from board.reportkit.csv import spreadsheet_text
+from board.reportkit.params import FORMATS, Window, parse_choice, parse_window
 from board.reservations.crediting import FIGURE_COLUMNS
 from board.reservations.figures import FIGURE_ROWS
 

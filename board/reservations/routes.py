@@ -12,8 +12,8 @@ from board.auth.deps import MemberDep, ReaderDep
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.errors import Unprocessable, answers
-from board.reports import params
-from board.reports.slots import report_slot
+from board.reportkit import params
+from board.reportkit.slots import report_slot
 from board.reservations import feed, queries, report, service
 from board.reservations.calendar import ics
 from board.reservations.params import parse_moment

@@ -23,8 +23,8 @@ from board.fleet import service as fleet_views
 from board.fleet.search import MAX_QUERY_CHARS, search_fleet
 from board.hosts import service as hosts
 from board.hosts.models import Host
+from board.reportkit.params import day_now, parse_window, parse_zone
 from board.reports import service as reports
-from board.reports.params import day_now, parse_window, parse_zone
 from board.reservations.timeline import host_timeline
 from board.runtime import Runtime, RuntimeDep
 from board.stream.sse import sse_response

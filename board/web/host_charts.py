@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.db.connection import report_connection
 from board.fleet.history import recent_averages
-from board.reports import service as reports
-from board.reports.params import parse_window, parse_zone
+from board.reportkit.params import parse_window, parse_zone
+from board.reports.utilization_stream import utilization_body
 from board.web.charts import percent_chart, series_class
 
 
@@ -82,10 +83,12 @@ async def host_history(
             memory.setdefault(f"GPU {b.gpu_index}", []).append((b.start, b.memory_used_pct))
     else:
         window = parse_window(start.isoformat(), end.isoformat(), tz_name)
-        report = await reports.utilization_report(
-            await report_connection(db), workspace_id, window, "gpu", "hour", host_key
+        # The API's report of this host's GPUs, its JSON body parsed: one rendering.
+        body = await utilization_body(
+            await report_connection(db), workspace_id, window, "gpu", "hour", "json", host_key
         )
-        for r in sorted(report.rows, key=lambda r: (r["gpuIndex"] or 0, r["bucketStart"])):
+        rows = orjson.loads(body)["rows"]
+        for r in sorted(rows, key=lambda r: (r["gpuIndex"] or 0, r["bucketStart"])):
             label = f"GPU {r['gpuIndex']}"
             at = datetime.fromisoformat(r["bucketStart"])
             util.setdefault(label, []).append((at, r["avgUtilPct"]))

@@ -17,10 +17,10 @@ from board.hosts import service as hosts
 from board.money import price_edits, statements
 from board.money import service as money
 from board.money.corrections import CorrectionWindow, PriceWindowDep
-from board.money.currencies import MINOR_UNITS
 from board.money.schemas import price_entry, price_key
-from board.reports.params import parse_zone
-from board.reports.slots import report_slot
+from board.pricing.currencies import MINOR_UNITS
+from board.reportkit.params import parse_zone
+from board.reportkit.slots import report_slot
 from board.web.deps import AdminPageDep, CsrfDep, Page, PageDep
 from board.web.forms import submit
 from board.web.prices_page import prices_view

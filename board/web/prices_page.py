@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from board.money.corrections import CorrectionWindow
 from board.money.schemas import PricesOut
-from board.reports.params import parse_zone
+from board.reportkit.params import parse_zone
 
 LOCAL = "%Y-%m-%d %H:%M"
 

@@ -10,10 +10,11 @@ import psycopg
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from board.errors import DomainError, Unprocessable
-from board.money.currencies import MINOR_UNITS
-from board.reports import params, service
-from board.reports.csv import render_csv
-from board.reports.slots import report_slot
+from board.pricing.currencies import MINOR_UNITS
+from board.reportkit import params
+from board.reportkit.csv import render_csv
+from board.reportkit.slots import report_slot
+from board.reports import groupings, service
 from board.web.charts import DayChart, day_columns, stacked_bars
 from board.web.deps import Page, PageDep
 from board.web.render import PageRoute, error_page, finish, render
@@ -57,7 +58,7 @@ def _parsed(query: dict[str, str]) -> tuple[params.Window, tuple[str, ...]]:
     from UTC a day is the UTC hours that start on it); bad input is a 422 here, before a
     slot is sought."""
     window = params.parse_window(query["from"], query["to"], query["tz"])
-    return window, params.parse_usage_group(query["groupBy"])
+    return window, groupings.parse_usage_group(query["groupBy"])
 
 
 async def _report(

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from board.reports.csv import csv_cells, spreadsheet_text
+from board.reportkit.csv import csv_cells, spreadsheet_text
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.db import execute
 from tests.board.test_reports_builders import days_ago_midnight, gpu, observation, proc

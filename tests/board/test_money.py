@@ -14,9 +14,7 @@ import psycopg
 import pytest
 
 from board.db.urls import libpq_url
-from board.reports import params, service
-from board.reports import repository as repo
-from board.reports.cost import (
+from board.pricing.cost import (
     Currency,
     Pricing,
     amount,
@@ -24,7 +22,10 @@ from board.reports.cost import (
     minor_amount,
     window_pricing,
 )
-from board.reports.csv import render_csv
+from board.reportkit import params
+from board.reportkit.csv import render_csv
+from board.reports import groupings, service
+from board.reports import repository as repo
 from board.rollups.daily import refresh_day_rollups
 from board.runtime import Runtime
 from tests.board.builders import enroll, push
@@ -432,7 +433,7 @@ async def test_streamed_team_reports_are_the_buffered_ones(app, client) -> None:
     ):
         for tz in ("UTC", "Africa/Lagos"):
             window = params.parse_window(start, end, tz)
-            keys = params.parse_usage_group(group)
+            keys = groupings.parse_usage_group(group)
             async with runtime.pool.connection() as conn:
                 built = await service.usage_report(conn, ws, window, keys)
             assert built.rows, group
@@ -474,7 +475,7 @@ async def _held_both_ways(
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """held_by's rows as the report reads them (its window's pricing), and as the costed
     source gives them (every price looked up)."""
-    keys = params.parse_usage_group(group)
+    keys = groupings.parse_usage_group(group)
     scope = await service.usage_scope(conn, ws, window, day_keyed="day" in keys)
     columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
     pricing = await window_pricing(conn, ws, window.start, window.end)
@@ -508,7 +509,7 @@ async def test_without_prices_the_plain_rows_give_the_costed_figures(app, client
                     )
                     chosen, costed = await _held_both_ways(conn, ws, window, group)
                     built = await service.usage_report(
-                        conn, ws, window, params.parse_usage_group(group)
+                        conn, ws, window, groupings.parse_usage_group(group)
                     )
                 assert chosen, group
                 # Same keys and held, active, idle-held µs; no cost numerator either way.

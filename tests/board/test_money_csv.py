@@ -11,7 +11,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from board.money import statements
-from board.reports.params import parse_window
+from board.reportkit.params import parse_window
 from board.runtime import Runtime
 from tests.board.db import scalar
 from tests.board.money_builders import A100, H100, build_fleet, fixture_day, set_team

@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 
-from board.reports import bodies, deflated, params, rendered
-from board.reports.streaming import Part, gzipped, plain
+from board.reportkit import deflated, params
+from board.reportkit.streaming import Part, gzipped, plain
+from board.reports import bodies
 from board.runtime import Runtime
 from tests.board.db import execute, scalar
 from tests.board.test_reports_builders import refresh_all_days
 from tests.board.test_reports_rendered import FIRST as FIRST_DAY
 from tests.board.test_reports_stream import _finance, _fixture, _get
+from tests.board.utilization_oracle import built_report
 
 
 def test_python_crc32_combine_is_zlibs() -> None:
@@ -81,7 +83,7 @@ async def test_kept_bodies_follow_late_data_refreshes_and_renames(
 
     async def expected() -> bytes:
         async with runtime.pool.connection() as conn:
-            return (await rendered.utilization(conn, ws, window, group, bucket, "json")).body()
+            return (await built_report(conn, ws, window, group, bucket)).body("json")
 
     async def check(what: str, kept_blocks: bool) -> None:
         sent_kept.clear()

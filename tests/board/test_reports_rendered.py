@@ -1,7 +1,8 @@
-"""The utilization report the API sends (rows written by PostgreSQL, as JSON or CSV) is
-exactly the report built row by row in Python (what the pages use): same rows, same
-order, same values, the same JSON types and the same CSV text, whatever the grouping,
-bucket, zone and window."""
+"""The utilization report the board sends (rows written by PostgreSQL, as JSON or CSV:
+the API's body, which the host page charts too) is exactly the report built row by row
+in Python (tests/board/utilization_oracle.py): same rows, same order, same values, the
+same JSON types and the same CSV text, whatever the grouping, bucket, zone, window and
+host."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from board.reports import params, rendered, service
-from board.reports.csv import render_csv
+from board.reportkit import params
+from board.reportkit.csv import render_csv
 from board.runtime import Runtime
 from tests.board.db import execute, scalar
 from tests.board.test_reports_builders import quick_tenant, refresh_all_days
+from tests.board.utilization_oracle import built_report, sent_body
 
 HOUR_US = 3_600_000_000
 # Monday 2026-03-02 .. Friday 2026-03-13 (UTC), across New York's DST change on 03-08.
@@ -112,11 +114,12 @@ async def _both(app: Any, ws: int, window: params.Window, group: str, bucket: st
     """The sent JSON (parsed) and the built report's JSON; asserts the CSVs are equal."""
     runtime: Runtime = app.state.runtime
     async with runtime.pool.connection() as conn:
-        sent_json = await rendered.utilization(conn, ws, window, group, bucket, "json")
-        sent_csv = await rendered.utilization(conn, ws, window, group, bucket, "csv")
-        report = await service.utilization_report(conn, ws, window, group, bucket)
-    assert sent_csv.body().decode() == render_csv(report)
-    return orjson.loads(sent_json.body()), report.as_json()
+        sent_json = await sent_body(conn, ws, window, group, bucket, "json")
+        sent_csv = await sent_body(conn, ws, window, group, bucket, "csv")
+        report = await built_report(conn, ws, window, group, bucket)
+    assert sent_csv.decode() == render_csv(report)
+    assert sent_json == report.body("json")
+    return orjson.loads(sent_json), report.as_json()
 
 
 def _assert_same(sent: dict[str, Any], built: dict[str, Any]) -> None:
@@ -234,12 +237,14 @@ async def test_one_host_is_that_hosts_rows_of_the_whole_report(app, group) -> No
     for bucket, (start, end, tz) in [("day", WINDOWS[0]), ("hour", WINDOWS[1])]:
         window = params.parse_window(start, end, tz)
         async with runtime.pool.connection() as conn:
-            whole = await service.utilization_report(conn, ws, window, group, bucket)
-            one = await service.utilization_report(conn, ws, window, group, bucket, host_id)
-        expected = [r for r in whole.rows if r["hostId"] == public_id]
+            whole = orjson.loads(await sent_body(conn, ws, window, group, bucket, "json"))
+            one = orjson.loads(await sent_body(conn, ws, window, group, bucket, "json", host_id))
+            built = await built_report(conn, ws, window, group, bucket, host_id)
+        expected = [r for r in whole["rows"] if r["hostId"] == public_id]
         assert expected
-        assert len(expected) < len(whole.rows)
-        assert one.rows == expected
+        assert len(expected) < len(whole["rows"])
+        assert one["rows"] == expected
+        assert built.rows == expected
 
 
 async def test_names_that_are_formulas_are_neutralized_alike(app) -> None:
@@ -279,8 +284,7 @@ async def test_names_that_are_formulas_are_neutralized_alike(app) -> None:
         _assert_same(sent, built)
         assert {r["displayName"] for r in sent["rows"]} == set(names)
         async with app.state.runtime.pool.connection() as conn:
-            body = await rendered.utilization(conn, ws, window, group, bucket, "csv")
-        text = body.body().decode()
+            text = (await sent_body(conn, ws, window, group, bucket, "csv")).decode()
         assert '"\'=HYPERLINK(""http://x"",""y"")"' in text
         assert ",'-2+3," in text  # after the host id
         assert ",'\uff1d1," in text

@@ -1,5 +1,6 @@
-"""The streamed report bodies are byte for byte the buffered ones (the pages' path:
-service.usage_report with render_csv, rendered.utilization), for JSON and CSV, every
+"""The streamed report bodies are byte for byte the buffered ones (service.usage_report
+with render_csv; the utilization report built row by row in tests/board/
+utilization_oracle.py), for JSON and CSV, every
 groupBy and bucket, windows on whole days, mid-day hours and DST zones, in one batch or
 many; and a client that goes away mid-body ends the report's query and connection."""
 
@@ -15,15 +16,17 @@ from typing import Any
 import httpx
 import pytest
 
-from board.reports import bodies, params, rendered, service, stream, utilization_stream
-from board.reports.csv import render_csv
-from board.reports.slots import APPLICATION_NAME
+from board.reportkit import params
+from board.reportkit.csv import render_csv
+from board.reportkit.slots import APPLICATION_NAME
+from board.reports import bodies, groupings, service, stream, utilization_stream
 from board.runtime import Runtime
 from board.workspaces import service as workspaces
 from tests.board.db import execute, scalar
 from tests.board.test_reports_builders import refresh_all_days
 from tests.board.test_reports_rendered import FIRST, WINDOWS, _fleet, _load
 from tests.board.test_stream import serve
+from tests.board.utilization_oracle import built_report
 
 USERS = ["ann", "=HYPERLINK(1)", "bo ü", "unknown"]
 HOUR_US = 3_600_000_000
@@ -95,8 +98,8 @@ async def test_streamed_utilization_is_the_buffered_body(app, client, batches) -
         for start, end, tz in WINDOWS:
             window = params.parse_window(start, end, tz)
             async with runtime.pool.connection() as conn:
-                expected = await rendered.utilization(conn, ws, window, group, bucket, fmt)
-                built = await service.utilization_report(conn, ws, window, group, bucket)
+                built = await built_report(conn, ws, window, group, bucket)
+            expected = built.body(fmt)
             url = (
                 f"/api/v1/workspaces/{slug}/reports/utilization?from={start}&to={end}&tz={tz}"
                 f"&groupBy={group}&bucket={bucket}&format={fmt}"
@@ -104,7 +107,7 @@ async def test_streamed_utilization_is_the_buffered_body(app, client, batches) -
             # Rendered live (its closed, clean blocks then kept), then from the kept blocks.
             for attempt in ("live", "kept"):
                 got = await _get(client, auth, url)
-                assert got == expected.body(), (group, bucket, fmt, start, tz, attempt)
+                assert got == expected, (group, bucket, fmt, start, tz, attempt)
             assert built.rows, (group, bucket, start, tz)
             if fmt == "csv":
                 assert got.decode() == render_csv(built)
@@ -118,7 +121,7 @@ async def test_streamed_usage_is_the_buffered_body(app, client, batches) -> None
     for group in USAGE_GROUPS:
         for start, end, tz in WINDOWS:
             window = params.parse_window(start, end, tz)
-            keys = params.parse_usage_group(group)
+            keys = groupings.parse_usage_group(group)
             if "day" in keys and "T" in start:
                 continue  # cut local days are the same rows; day keys need whole days
             async with runtime.pool.connection() as conn:
@@ -173,12 +176,12 @@ async def test_empty_reports_stream_the_buffered_empty_body(app, client) -> None
     window = params.parse_window("2025-01-01", "2025-01-03", "UTC")
     async with runtime.pool.connection() as conn:
         usage = await service.usage_report(conn, ws, window, ("gpu",))
-        util = await rendered.utilization(conn, ws, window, "gpu", "hour", "csv")
+        util = (await built_report(conn, ws, window, "gpu", "hour")).body("csv")
     base = f"/api/v1/workspaces/{slug}/reports"
     got = await _get(client, auth, f"{base}/usage?from=2025-01-01&to=2025-01-03&groupBy=gpu")
     assert got == usage.to_json()
     url = f"{base}/utilization?from=2025-01-01&to=2025-01-03&groupBy=gpu&bucket=hour&format=csv"
-    assert await _get(client, auth, url) == util.body()
+    assert await _get(client, auth, url) == util
 
 
 async def _finance(app: Any, slug: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from board.db.urls import libpq_url
-from board.reports import params
+from board.reportkit import params
 from board.rollups.daily import refresh_day_rollups
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.reservation_builders import book_at

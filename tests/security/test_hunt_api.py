@@ -707,7 +707,7 @@ async def test_no_date_in_a_report_overflows_the_day_arithmetic() -> None:
     range's ends, in the zones furthest from UTC, a window is read or refused (never an
     OverflowError)."""
     from board.errors import Unprocessable
-    from board.reports.params import EARLIEST, LATEST, parse_window
+    from board.reportkit.params import EARLIEST, LATEST, parse_window
 
     for tz in ("Pacific/Kiritimati", "Etc/GMT+12", "UTC"):
         for start, end in (

@@ -395,7 +395,7 @@ async def test_the_people_week_starts_on_the_zones_monday(
     """Fourteen hours ahead of UTC and eleven behind, the week is the zone's own."""
     from zoneinfo import ZoneInfo
 
-    from board.reports.params import day_now
+    from board.reportkit.params import day_now
 
     tenant, _ = fleet
     r = await client.patch(

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
-from board.reports.params import day_now
+from board.reportkit.params import day_now
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.test_reports_builders import gpu, observation, proc
 from tests.board.test_stream import agent_socket, send_spaced, serve, sse, util_message

@@ -28,8 +28,8 @@ from zoneinfo import ZoneInfo
 import httpx
 import pytest
 
+from board.reportkit.slots import REPORT_SLOTS, SLOT_LOCK_BASE
 from board.reports.bodies import MAX_OTHER_ZONES
-from board.reports.slots import REPORT_SLOTS, SLOT_LOCK_BASE
 from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import gpu, observation, proc, quick_tenant
 from tests.security.conftest import db

@@ -38,7 +38,7 @@ import pytest
 
 from board.app import create_app
 from board.db.urls import libpq_url
-from board.reports.slots import APPLICATION_NAME, REPORT_SLOTS, slot_key
+from board.reportkit.slots import APPLICATION_NAME, REPORT_SLOTS, slot_key
 from board.settings import Settings
 from tests.board.builders import make_tenant
 from tests.board.db import scalar

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from board.db.urls import libpq_url
-from board.reports.slots import REPORT_SLOTS, slot_key
+from board.reportkit.slots import REPORT_SLOTS, slot_key
 from tests.board.builders import make_tenant
 from tests.board.test_reports_builders import quick_tenant, workspace_id
 from tests.web.helpers import sign_in

@@ -1,4 +1,5 @@
-"""Money's tables: a workspace's currency and its prices per GPU model.
+"""Pricing's tables: a workspace's currency and its prices per GPU model (money edits
+them: board/money/service.py).
 
 The view `price_ranges` (migration "prices") turns each price into the range
 [starts_at, next start of the same model) that reports join to price an hour.
@@ -24,6 +25,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
+
+# The view a migration makes over `prices` (each price with the date it stops), owned
+# here like the tables (tests/test_layers.py reads this).
+OWNED_RELATIONS = ("price_ranges",)
 
 
 class WorkspaceCurrency(Base):

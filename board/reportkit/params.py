@@ -1,4 +1,5 @@
-"""Report parameters: windows on whole hours, groupings, zones, formats; 422 says why.
+"""Report parameters: windows on whole hours, zones, formats, choices; 422 says why.
+(Each report's own groupings are its package's: board.reports.groupings.)
 
 Rollups are kept per UTC hour, so a report can only cut time on UTC hour boundaries.
 A local day is the UTC hours that *start* on that local date (the hour-start rule). In
@@ -22,9 +23,6 @@ from board.errors import Unprocessable, explained_missing
 from board.zones import iana_zone
 
 MAX_WINDOW_DAYS = 400
-USAGE_KEYS = ("user", "team", "host", "gpu", "day")
-UTILIZATION_GROUPS = ("host", "gpu")
-BUCKETS = ("hour", "day")
 FORMATS = ("json", "csv")
 
 # ASCII digits only; an offset's minutes are 00-59 (Python reads "+14:60" as +15:00).
@@ -261,20 +259,6 @@ def local_day_hour(day: date, zone: str) -> str:
     """A local date as a report bound in UTC: the same instant as passing the date."""
     _, tz = parse_zone(zone)
     return first_hour(day, tz).isoformat()
-
-
-def parse_usage_group(value: str | None) -> tuple[str, ...]:
-    raw = "user" if value is None or value.strip() == "" else value
-    keys = tuple(part.strip() for part in raw.split(","))
-    expected = "user, team, host, gpu, day, or two of them joined by a comma (e.g. team,user)"
-    for key in keys:
-        if key not in USAGE_KEYS:
-            raise Unprocessable(f"groupBy {key!r} is unknown; use {expected}.")
-    if len(keys) > 2:
-        raise Unprocessable(f"groupBy takes at most two keys; use {expected}.")
-    if len(set(keys)) != len(keys):
-        raise Unprocessable(f"groupBy {raw!r} names a key twice; use {expected}.")
-    return keys
 
 
 def parse_choice(label: str, value: str | None, choices: tuple[str, ...], default: str) -> str:

@@ -13,7 +13,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from board.edge import accepts_gzip as client_accepts_gzip
-from board.reports.deflated import Deflated, crc32_combine, inflate
+from board.reportkit.deflated import Deflated, crc32_combine, inflate
 
 # gzip's fastest level. The app's GZipMiddleware (level 9) compresses report text at
 # ~40 MiB/s of CPU: 15 s for a 620 MiB 90-day hourly export, far more than making it.

@@ -1,8 +1,9 @@
 """Cost in reports: held GPU-hours × the price in force for that hour and GPU model.
 
-Prices and the currency are money's (board/money: tables `prices`, `workspace_currencies`
-and the view `price_ranges`); reports only join them, here, so that every report that
-shows a cost computes it the same way, in SQL over the rollups:
+Prices and the currency are pricing's (tables `prices`, `workspace_currencies` and the
+view `price_ranges`; money edits them); reports join them (board/reports/repository.py)
+and round with this module, so that every report that shows a cost computes it the same
+way, in SQL over the rollups:
 
 - each rollup row (repository.costed_user_source: an hour, or a whole UTC day no price
   changes in) is joined to its GPU's model (`gpus.name`) and to the price range of that
