@@ -26,13 +26,13 @@ def test_processes_starting_together_migrate_one_at_a_time(pg_admin_url: str) ->
     import psycopg
 
     from board.db.migrate import upgrade
-    from tests.conftest import _as_url, _url_for
+    from tests.support.databases import as_url, url_for
 
     name = f"gua_migrate_race_{os.getpid()}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
-    url = _as_url(_url_for(pg_admin_url, name))
+    url = as_url(url_for(pg_admin_url, name))
     try:
         with ThreadPoolExecutor(2) as pool:
             for done in [pool.submit(upgrade, url) for _ in range(2)]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +16,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from tests.board.builders import enroll, make_tenant
+from tests.support.ports import free_port
 
 
 def util_message(uuids: tuple[str, ...] = ("GPU-0", "GPU-1"), util: int = 2) -> str:
@@ -90,16 +90,10 @@ async def send_spaced(ws: ClientConnection, messages: list[str | bytes]) -> None
         await asyncio.sleep(0.25)  # the agent sends one a second; the board drops floods
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def serve(app: Any) -> AsyncIterator[str]:
     """An app whose lifespan already runs, on a real loopback port (for WebSockets)."""
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

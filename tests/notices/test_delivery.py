@@ -12,7 +12,8 @@ from board.notices.senders import backoff
 from board.notices.urls import UrlRefused, address_allowed, parse_target
 from tests.board.builders import make_tenant
 from tests.notices.helpers import add_channel, deliver_until, deliveries
-from tests.notices.receivers import HttpReceiver, free_port
+from tests.notices.receivers import HttpReceiver
+from tests.support.ports import free_port
 
 
 async def _test(client: Any, tenant: Any, channel_id: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import httpx
 
 from board.metrics.http import report_name
 from tests.board.builders import enroll, example, make_tenant, push, retimed
-from tests.ops.live import sample_value
+from tests.ops.fleet import sample_value
 
 ACCEPTED = "gua_board_observations_accepted_total"
 REJECTED = "gua_board_observations_rejected_total"

@@ -22,8 +22,9 @@ import psycopg
 import pytest
 
 from tests.board.builders import example, retimed
-from tests.conftest import _as_url, _url_for
-from tests.interop.conftest import clean_env, free_port
+from tests.support.databases import as_url, url_for
+from tests.support.live import clean_env
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 # What the build needs; the packaged folders' files are checked one by one below.
@@ -99,7 +100,7 @@ def empty_database_url(pg_admin_url: str, worker_tag: str) -> Iterator[str]:
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield _as_url(_url_for(pg_admin_url, name))
+    yield as_url(url_for(pg_admin_url, name))
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -14,7 +14,6 @@ from datetime import timedelta
 import pytest
 
 from tests.security.conftest import ARCHIVE_MAX_ROWS, db
-from tests.security.live import Board, Reply, measure_peaks
 from tests.security.seed import (
     GPU_SAMPLE,
     Host,
@@ -27,16 +26,18 @@ from tests.security.seed import (
     upload_archive,
     yesterday,
 )
+from tests.support.live import LiveBoard, measure_peaks
+from tests.support.replies import Reply
 
 BOMB_PEAK_MIB = 200
 
 
 @pytest.fixture
-def host(board: Board, scratch: Tenant) -> Host:
+def host(board: LiveBoard, scratch: Tenant) -> Host:
     return enroll(board, scratch, unique("agent-input"))
 
 
-def stored(board: Board, host: Host) -> tuple[object, object, object]:
+def stored(board: LiveBoard, host: Host) -> tuple[object, object, object]:
     """(observations, GPUs, archive objects) the board keeps for the host."""
     url = board.env["GUA_BOARD_DATABASE_URL"]
     where = (
@@ -68,7 +69,7 @@ def _with_nul_key(where: str) -> bytes:
 
 
 @pytest.mark.parametrize("where", ["top", "host", "gpu", "process"])
-def test_nul_in_an_unknown_key(board: Board, host: Host, where: str) -> None:
+def test_nul_in_an_unknown_key(board: LiveBoard, host: Host, where: str) -> None:
     before = stored(board, host)
     refused(push(board, host, _with_nul_key(where)), 400, 422)
     assert stored(board, host) == before
@@ -99,7 +100,7 @@ ODD_BODIES = {
 
 
 @pytest.mark.parametrize("case", list(ODD_BODIES))
-def test_odd_observation_bodies(board: Board, host: Host, case: str) -> None:
+def test_odd_observation_bodies(board: LiveBoard, host: Host, case: str) -> None:
     before = stored(board, host)
     refused(push(board, host, ODD_BODIES[case]), 400, 413, 422)
     assert stored(board, host) == before
@@ -115,7 +116,9 @@ def test_odd_observation_bodies(board: Board, host: Host, case: str) -> None:
         "application/jsonp",
     ],
 )
-def test_observation_that_is_not_json_is_415(board: Board, host: Host, content_type: str) -> None:
+def test_observation_that_is_not_json_is_415(
+    board: LiveBoard, host: Host, content_type: str
+) -> None:
     before = stored(board, host)
     body = json.dumps(observation()).encode()
     reply = push(board, host, body, headers={"Content-Type": content_type})
@@ -123,7 +126,7 @@ def test_observation_that_is_not_json_is_415(board: Board, host: Host, content_t
     assert stored(board, host) == before
 
 
-def test_claim_that_is_not_json_is_415(board: Board, scratch: Tenant) -> None:
+def test_claim_that_is_not_json_is_415(board: LiveBoard, scratch: Tenant) -> None:
     from tests.security.seed import issue_enrollment
 
     token = issue_enrollment(board, scratch)
@@ -144,7 +147,7 @@ def test_claim_that_is_not_json_is_415(board: Board, scratch: Tenant) -> None:
     board.remember(again.json()["agentToken"])
 
 
-def test_json_with_a_charset_is_json(board: Board, host: Host) -> None:
+def test_json_with_a_charset_is_json(board: LiveBoard, host: Host) -> None:
     reply = push(
         board, host, observation(), headers={"Content-Type": "application/json; charset=utf-8"}
     )
@@ -167,7 +170,7 @@ def test_json_with_a_charset_is_json(board: Board, host: Host) -> None:
         f"date={'9' * 5000}&table=gpu_sample",
     ],
 )
-def test_archive_upload_bad_target(board: Board, host: Host, query: str) -> None:
+def test_archive_upload_bad_target(board: LiveBoard, host: Host, query: str) -> None:
     day = yesterday().date().isoformat()
     body = gz_csv(GPU_SAMPLE, [[f"{day}T01:00:00+00:00", "GPU-0", 5, "", "", 0, 1, 1, 1]])
     before = stored(board, host)
@@ -187,7 +190,7 @@ def test_archive_upload_bad_target(board: Board, host: Host, query: str) -> None
     "days",
     ["999999999999999999999", "3650000", "100000000", "-1", "1e9", "0x10", "%00", " 1", "１"],
 )
-def test_archive_prune_bad_days(board: Board, host: Host, days: str) -> None:
+def test_archive_prune_bad_days(board: LiveBoard, host: Host, days: str) -> None:
     with board.client(host.token) as c:
         reply = board.call(c, "DELETE", f"/agent/v1/archives?olderThanDays={days}")
     # A huge but well-formed number may also be read as "everything older": not a 500.
@@ -231,7 +234,7 @@ def _bomb_of_one_line(mib: int) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ["rows", "one line"])
-def test_archive_bomb_is_413_with_a_small_worker(board: Board, host: Host, kind: str) -> None:
+def test_archive_bomb_is_413_with_a_small_worker(board: LiveBoard, host: Host, kind: str) -> None:
     body = _bomb_of_rows(256) if kind == "rows" else _bomb_of_one_line(256)
     assert len(body) < 4 * 1024 * 1024, len(body)
     day = yesterday().date().isoformat()
@@ -248,7 +251,7 @@ def test_archive_bomb_is_413_with_a_small_worker(board: Board, host: Host, kind:
         assert board.call(c, "GET", "/agent/v1/archives").json() == {"archives": []}
 
 
-def test_archive_with_too_many_rows(board: Board, host: Host) -> None:
+def test_archive_with_too_many_rows(board: LiveBoard, host: Host) -> None:
     start = yesterday()
     rows = [
         [(start + timedelta(seconds=i)).isoformat(), "GPU-0", 5, "", "", 0, 1, 1, 1]
@@ -263,7 +266,7 @@ def test_archive_with_too_many_rows(board: Board, host: Host) -> None:
     assert stored(board, host) == before
 
 
-def _set_max_gpus(board: Board, tenant: Tenant, value: object) -> Reply:
+def _set_max_gpus(board: LiveBoard, tenant: Tenant, value: object) -> Reply:
     with board.client(tenant.admin.token) as c:
         return board.call(
             c, "PATCH", f"/api/v1/workspaces/{tenant.slug}/settings", json={"maxGpusPerHost": value}
@@ -271,11 +274,11 @@ def _set_max_gpus(board: Board, tenant: Tenant, value: object) -> Reply:
 
 
 @pytest.mark.parametrize("value", [0, -1, 4097, 10**30, "7", 7.5, None, True])
-def test_max_gpus_setting_bad_values(board: Board, scratch: Tenant, value: object) -> None:
+def test_max_gpus_setting_bad_values(board: LiveBoard, scratch: Tenant, value: object) -> None:
     refused(_set_max_gpus(board, scratch, value), 400, 422)
 
 
-def test_gpu_identities_per_host_are_capped(board: Board, scratch: Tenant, host: Host) -> None:
+def test_gpu_identities_per_host_are_capped(board: LiveBoard, scratch: Tenant, host: Host) -> None:
     limit = 7
     reply = _set_max_gpus(board, scratch, limit)
     assert reply.status_code == 200, reply
@@ -298,7 +301,7 @@ def test_gpu_identities_per_host_are_capped(board: Board, scratch: Tenant, host:
     assert push(board, host, observation(gpu_uuids=first)).status_code == 202
 
 
-def test_one_enrollment_token_one_host_across_workers(board: Board, scratch: Tenant) -> None:
+def test_one_enrollment_token_one_host_across_workers(board: LiveBoard, scratch: Tenant) -> None:
     """Many claims of one token at once, spread over both workers: exactly one wins."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -324,7 +327,7 @@ def test_one_enrollment_token_one_host_across_workers(board: Board, scratch: Ten
     assert {r.status_code for r in replies} <= {201, 401}, [r.status_code for r in replies]
 
 
-def test_oversized_stream_frames_close_the_socket(board: Board, host: Host) -> None:
+def test_oversized_stream_frames_close_the_socket(board: LiveBoard, host: Host) -> None:
     """A frame far beyond any util message: the socket is closed, the worker stays small."""
     import asyncio
 

@@ -30,7 +30,6 @@ import httpx
 import pytest
 
 from tests.security.conftest import World, db
-from tests.security.live import Board, Reply, csrf_of, measure_peaks
 from tests.security.routes import Endpoint, discover
 from tests.security.seed import (
     Host,
@@ -45,6 +44,8 @@ from tests.security.seed import (
     push,
     unique,
 )
+from tests.support.live import LiveBoard, measure_peaks
+from tests.support.replies import Reply, csrf_of
 
 BOMB_PEAK_MIB = 200
 
@@ -62,14 +63,14 @@ def not_a_crash(reply: Reply) -> None:
         reply.detail()
 
 
-def count(board: Board, sql: str, *args: object) -> int:
+def count(board: LiveBoard, sql: str, *args: object) -> int:
     value = db(board.env["GUA_BOARD_DATABASE_URL"], sql, *args)
     assert isinstance(value, int), value
     return value
 
 
 @pytest.fixture(scope="module")
-def admin(board: Board, scratch: Tenant) -> Person:
+def admin(board: LiveBoard, scratch: Tenant) -> Person:
     """An admin of the scratch workspace with a password, for page sessions."""
     email = f"{unique('hunt-admin')}@charlie.example"
     password = new_password(board)
@@ -79,7 +80,7 @@ def admin(board: Board, scratch: Tenant) -> Person:
 
 
 @pytest.fixture
-def host(board: Board, scratch: Tenant) -> Host:
+def host(board: LiveBoard, scratch: Tenant) -> Host:
     return enroll(board, scratch, unique("hunt"))
 
 
@@ -110,7 +111,7 @@ def _auth_forms(host: Host, pat: str, enrollment: str) -> dict[str, tuple[str, b
     }
 
 
-def test_authorization_header_forms(board: Board, scratch: Tenant, host: Host) -> None:
+def test_authorization_header_forms(board: LiveBoard, scratch: Tenant, host: Host) -> None:
     enrollment = issue_enrollment(board, scratch)
     problems = []
     body = json.dumps(observation()).encode()
@@ -140,7 +141,7 @@ def test_authorization_header_forms(board: Board, scratch: Tenant, host: Host) -
     assert claim(board, enrollment, unique("after-bearer")).host_id
 
 
-def test_a_revoked_host_token_opens_nothing(board: Board, scratch: Tenant, host: Host) -> None:
+def test_a_revoked_host_token_opens_nothing(board: LiveBoard, scratch: Tenant, host: Host) -> None:
     with board.client(scratch.admin.token) as c:
         revoked = board.call(
             c, "POST", f"/api/v1/workspaces/{scratch.slug}/hosts/{host.host_id}/revoke"
@@ -178,7 +179,7 @@ ENCODED: dict[str, Callable[[bytes], bytes]] = {
 
 
 @pytest.mark.parametrize("encoding", list(ENCODED))
-def test_compressed_observations_are_not_json(board: Board, host: Host, encoding: str) -> None:
+def test_compressed_observations_are_not_json(board: LiveBoard, host: Host, encoding: str) -> None:
     """The board reads no Content-Encoding: a compressed body is simply not JSON (400)."""
     before = count(board, "SELECT count(*) FROM host_observations")
     body = ENCODED[encoding](json.dumps(observation()).encode())
@@ -187,7 +188,7 @@ def test_compressed_observations_are_not_json(board: Board, host: Host, encoding
     assert count(board, "SELECT count(*) FROM host_observations") == before
 
 
-def test_a_gzip_bomb_as_content_encoding_costs_nothing(board: Board, host: Host) -> None:
+def test_a_gzip_bomb_as_content_encoding_costs_nothing(board: LiveBoard, host: Host) -> None:
     bomb = _gzip_bomb(512)
     assert len(bomb) < 1024 * 1024, len(bomb)
     with measure_peaks(board) as peaks:
@@ -205,7 +206,7 @@ def test_a_gzip_bomb_as_content_encoding_costs_nothing(board: Board, host: Host)
     assert peaks.worst_mib < BOMB_PEAK_MIB, f"a worker grew by {peaks.worst_mib:.0f} MiB"
 
 
-def _raw(board: Board, request: bytes, *, half_close: bool = True) -> bytes:
+def _raw(board: LiveBoard, request: bytes, *, half_close: bool = True) -> bytes:
     with socket.create_connection(("127.0.0.1", board.port), timeout=60) as sock:
         sock.sendall(request)
         if half_close:
@@ -223,7 +224,7 @@ def _statuses(answer: bytes) -> list[bytes]:
     return [line.split(b" ", 2)[1] for line in answer.split(b"\r\n") if line.startswith(b"HTTP/1.")]
 
 
-def test_content_length_lies(board: Board, host: Host) -> None:
+def test_content_length_lies(board: LiveBoard, host: Host) -> None:
     body = json.dumps(observation()).encode()
     head = (
         b"POST /agent/v1/observations HTTP/1.1\r\nHost: x\r\n"
@@ -283,7 +284,7 @@ def _claim_bodies(token: str) -> dict[str, bytes]:
     }
 
 
-def test_odd_claim_bodies(board: Board, scratch: Tenant) -> None:
+def test_odd_claim_bodies(board: LiveBoard, scratch: Tenant) -> None:
     token = issue_enrollment(board, scratch)
     problems = []
     with board.client() as c:
@@ -319,7 +320,7 @@ class PageTargets:
 
 
 @pytest.fixture(scope="module")
-def page_targets(board: Board, scratch: Tenant, admin: Person) -> PageTargets:
+def page_targets(board: LiveBoard, scratch: Tenant, admin: Person) -> PageTargets:
     host = enroll(board, scratch, unique("form-host"))
     name = unique("form-pending")
     issue_enrollment(board, scratch, name)
@@ -332,7 +333,7 @@ def page_targets(board: Board, scratch: Tenant, admin: Person) -> PageTargets:
 
 
 @pytest.fixture(scope="module")
-def page_posts(board: Board, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
+def page_posts(board: LiveBoard, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
     with board.client() as c:
         schema = board.call(c, "GET", "/openapi.json").json()
     found = discover(
@@ -394,7 +395,7 @@ def away(n: int) -> dict[str, str]:
 
 @pytest.mark.parametrize("value", list(HOSTILE_VALUES))
 def test_every_form_field_hostile(
-    board: Board, page_targets: PageTargets, page_posts: list[Endpoint], value: str
+    board: LiveBoard, page_targets: PageTargets, page_posts: list[Endpoint], value: str
 ) -> None:
     """Each field of each page form (the CSRF token right) holding a hostile value."""
     t = page_targets
@@ -438,7 +439,7 @@ def test_every_form_field_hostile(
 
 @pytest.mark.parametrize("path", ENDS_SESSION)
 def test_session_ending_forms_with_hostile_fields(
-    board: Board, page_targets: PageTargets, path: str
+    board: LiveBoard, page_targets: PageTargets, path: str
 ) -> None:
     t = page_targets
     for value in ("NUL", "1 MB"):
@@ -455,7 +456,7 @@ def test_session_ending_forms_with_hostile_fields(
         assert board.sign_in(c, t.admin.email, t.admin.password).status_code == 303
 
 
-def test_enrollment_display_name_with_nul(board: Board, page_targets: PageTargets) -> None:
+def test_enrollment_display_name_with_nul(board: LiveBoard, page_targets: PageTargets) -> None:
     """Was a 500: the page's display name went to PostgreSQL with its NUL."""
     t = page_targets
     before = count(board, "SELECT count(*) FROM enrollment_tokens")
@@ -481,7 +482,7 @@ def test_enrollment_display_name_with_nul(board: Board, page_targets: PageTarget
 
 
 def test_api_token_form_naming_a_workspace_with_nul(
-    board: Board, page_targets: PageTargets
+    board: LiveBoard, page_targets: PageTargets
 ) -> None:
     """Was a 500: the account page's workspace field was looked up with its NUL."""
     t = page_targets
@@ -504,7 +505,7 @@ def test_api_token_form_naming_a_workspace_with_nul(
     ],
 )
 def test_a_refused_notice_channel_is_a_page(
-    board: Board, page_targets: PageTargets, form: dict[str, str]
+    board: LiveBoard, page_targets: PageTargets, form: dict[str, str]
 ) -> None:
     """Was a 500 for every refusal: the rollback expired the workspace the page reads."""
     t = page_targets
@@ -522,7 +523,7 @@ def test_a_refused_notice_channel_is_a_page(
     assert count(board, "SELECT count(*) FROM notice_channels") == before
 
 
-def test_repeated_and_multipart_fields(board: Board, page_targets: PageTargets) -> None:
+def test_repeated_and_multipart_fields(board: LiveBoard, page_targets: PageTargets) -> None:
     t = page_targets
     with board.client() as c:
         csrf = board.csrf(c, "/signin")
@@ -590,7 +591,7 @@ COOKIES = {
 
 
 @pytest.mark.parametrize("cookie", list(COOKIES))
-def test_garbage_cookies(board: Board, page_targets: PageTargets, cookie: str) -> None:
+def test_garbage_cookies(board: LiveBoard, page_targets: PageTargets, cookie: str) -> None:
     for path in ("/signin", f"/w/{page_targets.tenant.slug}/", "/account"):
         request = (
             f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
@@ -604,7 +605,7 @@ def test_garbage_cookies(board: Board, page_targets: PageTargets, cookie: str) -
         assert statuses[0] in (b"200", b"303", b"400", b"431"), answer[:300]
 
 
-def test_two_session_cookies(board: Board, page_targets: PageTargets) -> None:
+def test_two_session_cookies(board: LiveBoard, page_targets: PageTargets) -> None:
     """A forged cookie beside the real one: either is read, never both, never a 500."""
     t = page_targets
     with board.signed_in(t.admin.email, t.admin.password) as c:
@@ -618,7 +619,7 @@ def test_two_session_cookies(board: Board, page_targets: PageTargets) -> None:
 
 
 def test_a_session_on_another_workspaces_pages(
-    board: Board, world: World, page_targets: PageTargets
+    board: LiveBoard, world: World, page_targets: PageTargets
 ) -> None:
     """Signed in to charlie, on bravo's pages: 404 everywhere, and forms change nothing."""
     t = page_targets
@@ -654,7 +655,7 @@ FORWARDED = {
 }
 
 
-def test_forwarded_headers(board: Board, page_targets: PageTargets) -> None:
+def test_forwarded_headers(board: LiveBoard, page_targets: PageTargets) -> None:
     t = page_targets
     problems = []
     for name, values in FORWARDED.items():
@@ -699,7 +700,7 @@ def test_forwarded_headers(board: Board, page_targets: PageTargets) -> None:
     "slug", ["//evil.example", "/\\evil.example", "https://evil.example", "..%2F..%2F", "\u202e"]
 )
 def test_workspace_switch_stays_on_the_board(
-    board: Board, page_targets: PageTargets, slug: str
+    board: LiveBoard, page_targets: PageTargets, slug: str
 ) -> None:
     t = page_targets
     with board.signed_in(t.admin.email, t.admin.password) as c:
@@ -727,7 +728,7 @@ class Hostile:
 
 
 @pytest.fixture(scope="module")
-def hostile(board: Board, admin: Person, scratch: Tenant) -> Hostile:
+def hostile(board: LiveBoard, admin: Person, scratch: Tenant) -> Hostile:
     """Every name a page renders, chosen by an attacker: a host (its claim hostname and
     the token's display name), GPU, process, Linux user, team, member email, booking note."""
     t = scratch
@@ -822,7 +823,7 @@ def _fragments(value: Any) -> Iterator[str]:
 
 
 def test_hostile_names_are_text_on_every_page(
-    board: Board, admin: Person, hostile: Hostile
+    board: LiveBoard, admin: Person, hostile: Hostile
 ) -> None:
     problems = []
     shown = 0
@@ -875,7 +876,7 @@ HOSTILE_FRAMES: list[str | bytes] = [
 ]
 
 
-def test_hostile_stream_frames_break_no_live_view(board: Board) -> None:
+def test_hostile_stream_frames_break_no_live_view(board: LiveBoard) -> None:
     """Was a 500 on /stream/latest and a dead SSE stream for the whole workspace: a util
     message with ts 1e12 (a date past year 9999) was kept, and no page could show it."""
     import asyncio
@@ -951,7 +952,7 @@ QUERY_VALUES = [
 
 
 @pytest.fixture(scope="module")
-def page_gets(board: Board, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
+def page_gets(board: LiveBoard, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
     with board.client() as c:
         schema = board.call(c, "GET", "/openapi.json").json()
     found = discover(
@@ -963,7 +964,7 @@ def page_gets(board: Board, tmp_path_factory: pytest.TempPathFactory) -> list[En
 
 
 def test_every_page_query_parameter_hostile(
-    board: Board, page_targets: PageTargets, page_gets: list[Endpoint]
+    board: LiveBoard, page_targets: PageTargets, page_gets: list[Endpoint]
 ) -> None:
     t = page_targets
     problems = []
@@ -1173,7 +1174,7 @@ async def test_sso_error_of_a_real_pending_sign_in_is_text(sso_board: Any) -> No
 # ---- chunked bodies that never end --------------------------------------------------------
 
 
-def _never_ending(board: Board, head: bytes, trickle: bool) -> bytes:
+def _never_ending(board: LiveBoard, head: bytes, trickle: bool) -> bytes:
     """Headers and one chunk; then silence (or a byte a second), until the board answers
     or closes. A generous deadline: the board's own body deadlines are 5 s idle, 12 s whole."""
     import time
@@ -1204,7 +1205,7 @@ def _never_ending(board: Board, head: bytes, trickle: bool) -> bytes:
     return answer
 
 
-def test_chunked_bodies_that_never_end(board: Board, host: Host, admin: Person) -> None:
+def test_chunked_bodies_that_never_end(board: LiveBoard, host: Host, admin: Person) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     agent = b"Authorization: Bearer " + host.token.encode() + b"\r\n"

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from tests.security.conftest import db
-from tests.security.live import Board, Reply, measure_peaks
 from tests.security.seed import (
     Host,
     Tenant,
@@ -31,23 +30,25 @@ from tests.security.seed import (
     push,
     unique,
 )
+from tests.support.live import LiveBoard, measure_peaks
+from tests.support.replies import Reply
 
 CLAIM = "/agent/v1/enrollments/claim"
 
 
 @pytest.fixture(scope="module")
-def other(board: Board) -> Tenant:
+def other(board: LiveBoard) -> Tenant:
     """A workspace of this module's own (others change the shared one's settings), and
     for what must never cross from one workspace to another."""
     return make_tenant(board, "delta")
 
 
 @pytest.fixture
-def host(board: Board, other: Tenant) -> Host:
+def host(board: LiveBoard, other: Tenant) -> Host:
     return enroll(board, other, unique("ingest-edge"))
 
 
-def stored(board: Board, host: Host) -> tuple[object, ...]:
+def stored(board: LiveBoard, host: Host) -> tuple[object, ...]:
     """(observations, GPUs, GPU-hour rows, host-hour rows, newest point) of the host."""
     url = board.env["GUA_BOARD_DATABASE_URL"]
     where = (
@@ -73,7 +74,7 @@ def refused(reply: Reply, *statuses: int) -> str:
     return reply.detail()
 
 
-def hosts_of(board: Board, tenant: Tenant) -> list[dict[str, Any]]:
+def hosts_of(board: LiveBoard, tenant: Tenant) -> list[dict[str, Any]]:
     with board.client(tenant.admin.token) as c:
         reply = board.call(c, "GET", f"/api/v1/workspaces/{tenant.slug}/hosts")
     assert reply.status_code == 200, reply
@@ -81,7 +82,7 @@ def hosts_of(board: Board, tenant: Tenant) -> list[dict[str, Any]]:
     return found
 
 
-def host_view(board: Board, tenant: Tenant, host: Host) -> dict[str, Any]:
+def host_view(board: LiveBoard, tenant: Tenant, host: Host) -> dict[str, Any]:
     with board.client(tenant.admin.token) as c:
         reply = board.call(c, "GET", f"/api/v1/workspaces/{tenant.slug}/hosts/{host.host_id}")
     assert reply.status_code == 200, reply
@@ -109,7 +110,7 @@ def gpus(count: int, total_mb: int, base: str = "GPU-big") -> list[dict[str, Any
 # -- sizes that the board's sums cannot hold ------------------------------------------
 
 
-def test_gpu_memory_the_rollups_cannot_sum_is_refused(board: Board, host: Host) -> None:
+def test_gpu_memory_the_rollups_cannot_sum_is_refused(board: LiveBoard, host: Host) -> None:
     """A host's hour (and a GPU's day) is summed as MB x microseconds in bigint: 64 cards
     of 2**31-1 MB for 100 s overflowed the host-hour row, and the push that closed the
     interval was a 503 (one card for 72 min overflowed the day rollup of the workspace).
@@ -124,7 +125,7 @@ def test_gpu_memory_the_rollups_cannot_sum_is_refused(board: Board, host: Host) 
     assert stored(board, host) == before
 
 
-def test_the_largest_card_memory_is_summed_exactly(board: Board, host: Host) -> None:
+def test_the_largest_card_memory_is_summed_exactly(board: LiveBoard, host: Host) -> None:
     """64 cards of the largest memory taken, over whole hours: 202s, and the sums hold."""
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     total = 2**20
@@ -149,7 +150,7 @@ LATE_PUSH_PEAK_MIB = 120
 
 
 def _seed_a_month_of_one_run(
-    board: Board, host: Host, uuids: tuple[str, ...]
+    board: LiveBoard, host: Host, uuids: tuple[str, ...]
 ) -> tuple[datetime, datetime]:
     """A month of one unbroken idle run, every 30 s: the first push over HTTP, the rest
     copied in SQL (90,000 pushes would take the test an hour), the host's newest point
@@ -200,7 +201,7 @@ def _seed_a_month_of_one_run(
     return start, last
 
 
-def _since(board: Board, tenant: Tenant, host: Host) -> dict[str, datetime]:
+def _since(board: LiveBoard, tenant: Tenant, host: Host) -> dict[str, datetime]:
     return {
         g["uuid"]: datetime.fromisoformat(g["stateSince"])
         for g in host_view(board, tenant, host)["gpus"]
@@ -208,7 +209,7 @@ def _since(board: Board, tenant: Tenant, host: Host) -> dict[str, datetime]:
 
 
 def test_a_late_point_in_a_month_long_run_reads_only_around_it(
-    board: Board, other: Tenant, host: Host
+    board: LiveBoard, other: Tenant, host: Host
 ) -> None:
     """Was: every late point inside a run re-read the whole run to recompute stateSince,
     so a host with a month of one unbroken run (an idle card) made each late push cost
@@ -283,7 +284,7 @@ def _with_string(field: str, raw: str) -> bytes:
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_STRINGS))
-def test_hostile_strings_in_every_field(board: Board, host: Host, case: str) -> None:
+def test_hostile_strings_in_every_field(board: LiveBoard, host: Host, case: str) -> None:
     before = stored(board, host)
     for field in STRING_FIELDS:
         if case == "null" and field in ("host.hostId", "host.displayName", "processes[].type"):
@@ -334,7 +335,7 @@ def _with_number(field: str, raw: str) -> bytes:
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_NUMBERS))
-def test_hostile_numbers_in_every_field(board: Board, host: Host, case: str) -> None:
+def test_hostile_numbers_in_every_field(board: LiveBoard, host: Host, case: str) -> None:
     before = stored(board, host)
     for field in NUMBER_FIELDS:
         reply = push(board, host, _with_number(field, HOSTILE_NUMBERS[case]))
@@ -342,7 +343,7 @@ def test_hostile_numbers_in_every_field(board: Board, host: Host, case: str) -> 
     assert stored(board, host) == before
 
 
-def test_minus_zero_is_zero(board: Board, other: Tenant, host: Host) -> None:
+def test_minus_zero_is_zero(board: LiveBoard, other: Tenant, host: Host) -> None:
     """`-0` is JSON for 0: a card at -0 % is a card at 0 %, stored as such."""
     body = _with_number("gpus[].utilPct", "-0")
     assert push(board, host, body).status_code == 202
@@ -364,7 +365,7 @@ def _bad_processes_everywhere(process: str) -> bytes:
 
 @pytest.mark.parametrize("process", ['{"a":1,"b":2,"c":3}', "{}", "[]"])
 def test_a_body_of_bad_entries_costs_a_worker_little(
-    board: Board, host: Host, process: str
+    board: LiveBoard, host: Host, process: str
 ) -> None:
     """Was: 512 bad processes on each of 64 cards (a 660 KB body, under the 1 MiB limit)
     gave 229,376 validation errors, and the worker grew by ~300 MiB to answer a 422.
@@ -403,7 +404,7 @@ ODD_BODIES = {
 
 
 @pytest.mark.parametrize("case", sorted(ODD_BODIES))
-def test_odd_bodies_store_nothing(board: Board, host: Host, case: str) -> None:
+def test_odd_bodies_store_nothing(board: LiveBoard, host: Host, case: str) -> None:
     before = stored(board, host)
     refused(push(board, host, ODD_BODIES[case]), 400, 413, 422)
     assert stored(board, host) == before
@@ -421,7 +422,7 @@ def test_odd_bodies_store_nothing(board: Board, host: Host, case: str) -> None:
         "*/*",
     ],
 )
-def test_near_json_media_types_are_415(board: Board, host: Host, content_type: str) -> None:
+def test_near_json_media_types_are_415(board: LiveBoard, host: Host, content_type: str) -> None:
     before = stored(board, host)
     body = json.dumps(observation()).encode()
     try:
@@ -432,7 +433,7 @@ def test_near_json_media_types_are_415(board: Board, host: Host, content_type: s
     assert stored(board, host) == before
 
 
-def test_a_charset_that_is_not_utf8_changes_nothing(board: Board, host: Host) -> None:
+def test_a_charset_that_is_not_utf8_changes_nothing(board: LiveBoard, host: Host) -> None:
     """The charset parameter is not honoured: the body is read as UTF-8 and a Latin-1
     byte is not valid UTF-8 (400), rather than a mis-decoded name being stored."""
     before = stored(board, host)
@@ -446,7 +447,7 @@ def test_a_charset_that_is_not_utf8_changes_nothing(board: Board, host: Host) ->
 
 
 def test_a_uuid_known_in_another_workspace_stays_there(
-    board: Board, scratch: Tenant, other: Tenant
+    board: LiveBoard, scratch: Tenant, other: Tenant
 ) -> None:
     """GPUs are keyed by host: the same UUID in two workspaces is two GPUs, and neither
     workspace sees the other's model name, users or processes."""
@@ -469,7 +470,7 @@ def test_a_uuid_known_in_another_workspace_stays_there(
 
 
 def test_a_host_naming_itself_like_another_touches_only_itself(
-    board: Board, scratch: Tenant
+    board: LiveBoard, scratch: Tenant
 ) -> None:
     victim = enroll(board, scratch, unique("victim"))
     assert push(board, victim, observation()).status_code == 202
@@ -490,7 +491,7 @@ def test_a_host_naming_itself_like_another_touches_only_itself(
     assert mine["hostId"] == attacker.host_id
 
 
-def test_two_cards_with_one_index(board: Board, other: Tenant, host: Host) -> None:
+def test_two_cards_with_one_index(board: LiveBoard, other: Tenant, host: Host) -> None:
     """Only UUIDs must differ within a snapshot (agent-api.md): two cards reporting the
     same index are two cards, both shown, and the host's pages still answer."""
     body = observation(gpu_uuids=("GPU-dup-a", "GPU-dup-b"))
@@ -506,7 +507,7 @@ def test_two_cards_with_one_index(board: Board, other: Tenant, host: Host) -> No
 
 
 def test_processes_above_the_card_and_unknown_memory(
-    board: Board, other: Tenant, host: Host
+    board: LiveBoard, other: Tenant, host: Host
 ) -> None:
     """Documented: process memory has no upper bound and may be null."""
     body = observation(users=("alice", "bob"))
@@ -525,7 +526,7 @@ def test_processes_above_the_card_and_unknown_memory(
     ["+14:00", "-12:00", "+05:45", "-00:30", "+00:00:01", "+23:59", "-23:59:59.999999", "Z"],
 )
 def test_recent_times_in_odd_offsets_are_stored_in_utc(
-    board: Board, host: Host, offset: str
+    board: LiveBoard, host: Host, offset: str
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
     if offset == "Z":
@@ -562,7 +563,7 @@ def test_recent_times_in_odd_offsets_are_stored_in_utc(
     ],
 )
 def test_status_and_error_combinations_the_contract_forbids(
-    board: Board, host: Host, status: str, errors: list[str], listed: bool
+    board: LiveBoard, host: Host, status: str, errors: list[str], listed: bool
 ) -> None:
     body = observation()
     body.update(collectionStatus=status, errors=errors)
@@ -574,7 +575,7 @@ def test_status_and_error_combinations_the_contract_forbids(
 
 
 def test_a_heartbeat_proves_life_but_counts_no_gpu_time(
-    board: Board, other: Tenant, host: Host
+    board: LiveBoard, other: Tenant, host: Host
 ) -> None:
     at = datetime.now(UTC) - timedelta(minutes=2)
     assert push(board, host, observation(at)).status_code == 202
@@ -590,7 +591,7 @@ def test_a_heartbeat_proves_life_but_counts_no_gpu_time(
 # -- enrollment ---------------------------------------------------------------------
 
 
-def _claim(board: Board, body: dict[str, Any] | bytes) -> Reply:
+def _claim(board: LiveBoard, body: dict[str, Any] | bytes) -> Reply:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     with board.client() as c:
         return board.call(
@@ -598,7 +599,7 @@ def _claim(board: Board, body: dict[str, Any] | bytes) -> Reply:
         )
 
 
-def _hosts_count(board: Board, tenant: Tenant) -> object:
+def _hosts_count(board: LiveBoard, tenant: Tenant) -> object:
     url = board.env["GUA_BOARD_DATABASE_URL"]
     return db(
         url,
@@ -607,7 +608,7 @@ def _hosts_count(board: Board, tenant: Tenant) -> object:
     )
 
 
-def _token_state(board: Board, tenant: Tenant, token: str) -> str:
+def _token_state(board: LiveBoard, tenant: Tenant, token: str) -> str:
     prefix = "_".join(token.split("_")[:3])
     with board.client(tenant.admin.token) as c:
         reply = board.call(c, "GET", f"/api/v1/workspaces/{tenant.slug}/enrollment-tokens")
@@ -617,7 +618,7 @@ def _token_state(board: Board, tenant: Tenant, token: str) -> str:
     raise LookupError(prefix)
 
 
-def test_an_expired_token_is_refused_like_an_unknown_one(board: Board, other: Tenant) -> None:
+def test_an_expired_token_is_refused_like_an_unknown_one(board: LiveBoard, other: Tenant) -> None:
     with board.client(other.admin.token) as c:
         reply = board.call(
             c,
@@ -640,7 +641,7 @@ def test_an_expired_token_is_refused_like_an_unknown_one(board: Board, other: Te
     assert _token_state(board, other, token) == "expired"
 
 
-def test_a_revoked_or_used_token_is_refused(board: Board, other: Tenant) -> None:
+def test_a_revoked_or_used_token_is_refused(board: LiveBoard, other: Tenant) -> None:
     revoked = issue_enrollment(board, other)
     prefix = "_".join(revoked.split("_")[:3])
     with board.client(other.admin.token) as c:
@@ -657,7 +658,7 @@ def test_a_revoked_or_used_token_is_refused(board: Board, other: Tenant) -> None
     assert _token_state(board, other, revoked) == "revoked"
 
 
-def test_a_refused_claim_body_spends_no_token(board: Board, other: Tenant) -> None:
+def test_a_refused_claim_body_spends_no_token(board: LiveBoard, other: Tenant) -> None:
     token = issue_enrollment(board, other)
     before = _hosts_count(board, other)
     bad: list[dict[str, Any] | bytes] = [
@@ -691,7 +692,7 @@ def test_a_refused_claim_body_spends_no_token(board: Board, other: Tenant) -> No
     ],
 )
 def test_hostile_claim_names_are_kept_as_text(
-    board: Board, other: Tenant, hostname: str, shown: str | None
+    board: LiveBoard, other: Tenant, hostname: str, shown: str | None
 ) -> None:
     token = issue_enrollment(board, other)
     reply = _claim(board, {"enrollmentToken": token, "hostname": hostname})
@@ -706,7 +707,7 @@ def test_hostile_claim_names_are_kept_as_text(
 
 
 def test_a_claim_named_like_an_existing_host_is_a_host_of_its_own(
-    board: Board, other: Tenant
+    board: LiveBoard, other: Tenant
 ) -> None:
     first = enroll(board, other, unique("twin"))
     second = claim(board, issue_enrollment(board, other), first.display_name)
@@ -717,7 +718,9 @@ def test_a_claim_named_like_an_existing_host_is_a_host_of_its_own(
     assert host_view(board, other, first)["lastSeenAt"] is None
 
 
-def test_concurrent_claims_with_different_names_make_one_host(board: Board, other: Tenant) -> None:
+def test_concurrent_claims_with_different_names_make_one_host(
+    board: LiveBoard, other: Tenant
+) -> None:
     token = issue_enrollment(board, other)
     before = _hosts_count(board, other)
 
@@ -747,7 +750,7 @@ def _card(uuid: str = "GPU-s-0", util: Any = 7, mem: Any = 1) -> dict[str, Any]:
     return {"deviceUuid": uuid, "utilPct": util, "memUsedMb": mem}
 
 
-def test_stream_messages_the_board_cannot_show_are_dropped(board: Board, other: Tenant) -> None:
+def test_stream_messages_the_board_cannot_show_are_dropped(board: LiveBoard, other: Tenant) -> None:
     """Each is dropped and counted, the socket stays open, and the next good message is
     shown: 65 cards, repeated UUIDs, out-of-range or mistyped numbers, odd `ts`."""
     import asyncio

@@ -34,12 +34,12 @@ from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import gpu, observation, proc, quick_tenant
 from tests.security.conftest import db
 from tests.security.inprocess import refused
-from tests.security.live import Board
 from tests.security.seed import Tenant as SeedTenant
 from tests.security.seed import enroll as seed_enroll
 from tests.security.seed import make_tenant
 from tests.security.seed import observation as seed_observation
 from tests.security.seed import push as seed_push
+from tests.support.live import LiveBoard
 
 JSON = {"Content-Type": "application/json"}
 REPORTS = ("reports/usage", "reports/utilization", "reports/focus")
@@ -417,7 +417,7 @@ def _held_slots(url: str, workspace: int) -> int:
     return int(str(found))
 
 
-def _ask_and_go(board: Board, token: str, path: str, read_head: bool) -> None:
+def _ask_and_go(board: LiveBoard, token: str, path: str, read_head: bool) -> None:
     """A raw request for a report, then a reset (SO_LINGER 0): after the answer's head,
     or before anything came back."""
     sock = socket.create_connection(("127.0.0.1", board.port), timeout=30)
@@ -438,7 +438,7 @@ def _ask_and_go(board: Board, token: str, path: str, read_head: bool) -> None:
         sock.close()
 
 
-def test_clients_gone_mid_report_free_their_slots(board: Board, scratch: SeedTenant) -> None:
+def test_clients_gone_mid_report_free_their_slots(board: LiveBoard, scratch: SeedTenant) -> None:
     """Every slot taken by a client that went away (after the head, or before it) is
     free again, and the workspace's reports answer."""
     url = board.env["GUA_BOARD_DATABASE_URL"]
@@ -725,7 +725,7 @@ async def test_kept_bodies_do_not_grow_with_every_zone_a_reader_names(
 
 
 @pytest.fixture(scope="module")
-def big(board: Board) -> SeedTenant:
+def big(board: LiveBoard) -> SeedTenant:
     """A workspace whose month of hourly per-GPU utilization is ~14 MB of JSON: 64 GPUs
     observed once a day (a day-long sample gap, so every hour is covered)."""
     tenant = make_tenant(board, "delta")
@@ -748,7 +748,7 @@ def big(board: Board) -> SeedTenant:
 
 
 def test_readers_stalled_mid_body_hold_their_slots_until_they_go(
-    board: Board, big: SeedTenant, scratch: SeedTenant
+    board: LiveBoard, big: SeedTenant, scratch: SeedTenant
 ) -> None:
     """Three clients read a large report's head and then nothing: the reports stay
     mid-body (documented: a client that never reads holds its handler), so a fourth

@@ -39,22 +39,24 @@ import pytest
 from tests.board.builders import make_tenant
 from tests.board.db import scalar
 from tests.security.conftest import SETTINGS
-from tests.security.live import Board, measure_peaks, start_board, stop_board
 from tests.security.seed import enroll, unique, yesterday
 from tests.security.seed import make_tenant as make_live_tenant
 from tests.security.test_hunt_api import book, busy_host, refused, spellings
+from tests.support.live import LiveBoard, measure_peaks, start_board, stop_board
 from tests.web.helpers import sign_in
 
 
 @pytest.fixture(scope="module")
 def lean_board(
     security_database_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Board]:
+) -> Iterator[LiveBoard]:
     """A board of its own for the memory checks, whose workers give large buffers back
     when they are freed (glibc otherwise keeps them after the first one, and a worker
     that an earlier check grew would hide the next check's growth)."""
     settings = {**SETTINGS, "MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-    served = start_board(security_database_url, tmp_path_factory.mktemp("lean"), settings)
+    served = start_board(
+        security_database_url, tmp_path_factory.mktemp("lean"), settings, workers=2
+    )
     try:
         yield served
     finally:
@@ -113,7 +115,7 @@ def _masked_text_frame(payload: bytes, compressed: bool) -> bytes:
     return head + mask + body
 
 
-def _upgrade(board: Board, token: str) -> socket.socket:
+def _upgrade(board: LiveBoard, token: str) -> socket.socket:
     """A raw WebSocket upgrade of /agent/v1/stream that offers permessage-deflate."""
     sock = socket.create_connection(("127.0.0.1", board.port), timeout=30)
     key = base64.b64encode(os.urandom(16)).decode()
@@ -146,7 +148,7 @@ def _drain(sock: socket.socket, seconds: float) -> bytes:
     return got
 
 
-def test_compressed_stream_frames_stay_within_the_message_limit(lean_board: Board) -> None:
+def test_compressed_stream_frames_stay_within_the_message_limit(lean_board: LiveBoard) -> None:
     """Was: 20 deflated frames (326 KB sent) grew a worker by ~380 MiB, 100 of them took
     1.6 s of its CPU, and the socket stayed open."""
     board = lean_board
@@ -170,7 +172,7 @@ def test_compressed_stream_frames_stay_within_the_message_limit(lean_board: Boar
     )
 
 
-def test_compressed_frames_before_a_refused_token_cost_nothing(lean_board: Board) -> None:
+def test_compressed_frames_before_a_refused_token_cost_nothing(lean_board: LiveBoard) -> None:
     """Was: with an unknown agent token of the right shape (looked up in the database,
     so the frames arrive while it is), 15 deflated frames (245 KB) grew a worker by
     ~220 MiB before the 401: anyone who can reach the board could do it."""
@@ -200,7 +202,7 @@ def test_compressed_frames_before_a_refused_token_cost_nothing(lean_board: Board
 UPLOAD_PEAK_MIB = 64
 
 
-def test_an_upload_that_is_not_gzip_is_not_held_whole(lean_board: Board) -> None:
+def test_an_upload_that_is_not_gzip_is_not_held_whole(lean_board: LiveBoard) -> None:
     """Was: 100 MiB of non-gzip bytes grew a worker by 200 MiB before the 400."""
     board = lean_board
     tenant = make_live_tenant(board, "upload")
@@ -289,7 +291,7 @@ async def test_channel_and_booking_ids_are_audited_in_canonical_form(
     assert not problems, "audited as spelled, not canonical:\n" + "\n".join(problems)
 
 
-def test_a_large_upload_is_spooled_not_held(lean_board: Board) -> None:
+def test_a_large_upload_is_spooled_not_held(lean_board: LiveBoard) -> None:
     """An upload that starts as gzip is read to its end before it is checked: 100 MiB of
     it (gzip's magic, then bytes no reader accepts) are spooled to a file, not held."""
     board = lean_board

@@ -21,15 +21,16 @@ import httpx
 import pytest
 
 from tests.security.conftest import World, db
-from tests.security.live import TIMEOUT, Board, Reply
 from tests.security.seed import Person, Tenant, add_member, new_password, unique
+from tests.support.live import TIMEOUT, LiveBoard
+from tests.support.replies import Reply
 
 OPEN_S = 60.0  # the stream's first event must arrive within
 END_S = 90.0  # an ended session's stream must close within (keepalives come every 15 s)
 
 
 @pytest.fixture
-def person(board: Board, world: World) -> Person:
+def person(board: LiveBoard, world: World) -> Person:
     """A fresh admin of A, with a password (so they may sign in and be demoted)."""
     a = world.a
     email = f"{unique('wsess')}@alpha.example"
@@ -46,7 +47,7 @@ def person(board: Board, world: World) -> Person:
 class Listener:
     """A browser tab's EventSource: reads the stream in a thread until the board ends it."""
 
-    board: Board
+    board: LiveBoard
     cookie: str
     path: str
     status: int | None = None
@@ -122,7 +123,7 @@ class Listener:
         assert not self.error, f"the stream failed instead of ending: {self.error}"
 
 
-def _signed_in(board: Board, person: Person) -> tuple[httpx.Client, str]:
+def _signed_in(board: LiveBoard, person: Person) -> tuple[httpx.Client, str]:
     client = board.signed_in_client(person.email, person.password)
     return client, str(client.cookies["gua_session"])
 
@@ -131,14 +132,14 @@ def _stream_path(tenant: Tenant) -> str:
     return f"/w/{tenant.slug}/hosts/{tenant.hosts[0].host_id}/stream"
 
 
-def _sign_out(board: Board, world: World, person: Person, browser: httpx.Client) -> None:
+def _sign_out(board: LiveBoard, world: World, person: Person, browser: httpx.Client) -> None:
     out = board.call(
         browser, "POST", "/signout", data={"csrf_token": board.csrf(browser, "/account")}
     )
     assert out.status_code == 303, out
 
 
-def _password_change(board: Board, world: World, person: Person, browser: httpx.Client) -> None:
+def _password_change(board: LiveBoard, world: World, person: Person, browser: httpx.Client) -> None:
     # From another browser: the stream's session is one of the "other sessions".
     with board.signed_in(person.email, person.password) as other:
         csrf = board.csrf(other, "/account")
@@ -155,26 +156,28 @@ def _password_change(board: Board, world: World, person: Person, browser: httpx.
     assert changed.status_code == 303, changed
 
 
-def _admin_signs_out(board: Board, world: World, person: Person, browser: httpx.Client) -> None:
+def _admin_signs_out(board: LiveBoard, world: World, person: Person, browser: httpx.Client) -> None:
     a = world.a
     with board.client(a.admin.token) as c:
         out = board.call(c, "POST", f"/api/v1/workspaces/{a.slug}/members/{person.email}/sign-out")
     assert out.status_code == 204, out
 
 
-def _removal(board: Board, world: World, person: Person, browser: httpx.Client) -> None:
+def _removal(board: LiveBoard, world: World, person: Person, browser: httpx.Client) -> None:
     a = world.a
     with board.client(a.admin.token) as c:
         gone = board.call(c, "DELETE", f"/api/v1/workspaces/{a.slug}/members/{person.email}")
     assert gone.status_code == 204, gone
 
 
-def _demotion_to_finance(board: Board, world: World, person: Person, browser: httpx.Client) -> None:
+def _demotion_to_finance(
+    board: LiveBoard, world: World, person: Person, browser: httpx.Client
+) -> None:
     reply = add_member(board, world.a.slug, world.a.admin.token, person.email, "finance", None)
     assert reply.status_code == 201, reply
 
 
-ENDINGS: dict[str, Callable[[Board, World, Person, httpx.Client], None]] = {
+ENDINGS: dict[str, Callable[[LiveBoard, World, Person, httpx.Client], None]] = {
     "sign-out": _sign_out,
     "a password change in another browser": _password_change,
     "an admin's sign-out of the member": _admin_signs_out,
@@ -185,7 +188,7 @@ ENDINGS: dict[str, Callable[[Board, World, Person, httpx.Client], None]] = {
 
 @pytest.mark.parametrize("how", list(ENDINGS))
 def test_an_open_live_stream_ends_with_its_session(
-    board: Board, world: World, person: Person, how: str
+    board: LiveBoard, world: World, person: Person, how: str
 ) -> None:
     """Was: the host page's stream, once open, was never checked again, so a copied cookie
     kept receiving a workspace's live utilization after every way a session ends."""
@@ -197,7 +200,7 @@ def test_an_open_live_stream_ends_with_its_session(
 
 
 def test_a_stream_of_another_live_session_goes_on(
-    board: Board, world: World, person: Person
+    board: LiveBoard, world: World, person: Person
 ) -> None:
     """Signing one browser out ends its stream only: the person's other tab keeps going."""
     browser, cookie = _signed_in(board, person)
@@ -216,7 +219,7 @@ def test_a_stream_of_another_live_session_goes_on(
 # ---- demotion and removal hold at once, everywhere ----------------------------------------------
 
 
-def _every_worker(board: Board, cookie: str, method: str, path: str, **kw: Any) -> list[Reply]:
+def _every_worker(board: LiveBoard, cookie: str, method: str, path: str, **kw: Any) -> list[Reply]:
     replies: list[Reply] = []
 
     def send(c: httpx.Client) -> Reply:
@@ -228,7 +231,7 @@ def _every_worker(board: Board, cookie: str, method: str, path: str, **kw: Any) 
 
 
 def test_a_demotion_closes_the_admin_pages_at_once(
-    board: Board, world: World, person: Person
+    board: LiveBoard, world: World, person: Person
 ) -> None:
     a = world.a
     admin = f"/w/{a.slug}/admin"
@@ -255,7 +258,7 @@ def test_a_demotion_closes_the_admin_pages_at_once(
     browser.close()
 
 
-def _stale_after(board: Board, slug: str) -> object:
+def _stale_after(board: LiveBoard, slug: str) -> object:
     return db(
         board.env["GUA_BOARD_DATABASE_URL"],
         "SELECT stale_after_seconds FROM workspaces WHERE slug = %s",
@@ -264,7 +267,7 @@ def _stale_after(board: Board, slug: str) -> object:
 
 
 def test_removal_from_one_workspace_closes_it_and_leaves_the_other(
-    board: Board, world: World, scratch: Tenant, person: Person
+    board: LiveBoard, world: World, scratch: Tenant, person: Person
 ) -> None:
     a = world.a
     joined = add_member(board, scratch.slug, scratch.admin.token, person.email, "member", None)
@@ -319,7 +322,7 @@ def _guarded(reply: Reply, what: str) -> list[str]:
 
 
 def test_every_kind_of_page_answer_carries_the_security_headers(
-    board: Board, world: World, person: Person
+    board: LiveBoard, world: World, person: Person
 ) -> None:
     a = world.a
     s = f"/w/{a.slug}"
@@ -362,7 +365,7 @@ def test_every_kind_of_page_answer_carries_the_security_headers(
 
 
 def test_an_admin_page_cannot_sign_another_workspaces_admin_out(
-    board: Board, world: World, scratch: Tenant, person: Person
+    board: LiveBoard, world: World, scratch: Tenant, person: Person
 ) -> None:
     """A's admin adds the admin of another workspace to A, then uses A's admin page to
     sign them out everywhere (403: that reaches the other workspace) or to remove them
@@ -399,7 +402,7 @@ def test_an_admin_page_cannot_sign_another_workspaces_admin_out(
 # ---- finance, in a browser ----------------------------------------------------------------------
 
 
-def test_finance_cannot_find_a_linux_user_through_the_pages(board: Board, world: World) -> None:
+def test_finance_cannot_find_a_linux_user_through_the_pages(board: LiveBoard, world: World) -> None:
     """No process details for finance: searching, grouping or sorting the fleet by a Linux
     user tells nothing (not even how many GPUs match), and no page names one."""
     a = world.a

@@ -13,12 +13,13 @@ import httpx
 import pytest
 
 from tests.security.conftest import World
-from tests.security.live import Board, Reply
 from tests.security.seed import Person, add_member, new_password, unique
+from tests.support.live import LiveBoard
+from tests.support.replies import Reply
 
 
 @pytest.fixture
-def person(board: Board, world: World) -> Person:
+def person(board: LiveBoard, world: World) -> Person:
     """A fresh admin of A (so the admin page is theirs to open)."""
     a = world.a
     email = f"{unique('sessions')}@alpha.example"
@@ -28,12 +29,12 @@ def person(board: Board, world: World) -> Person:
     return Person(email, password, reply.json()["apiToken"], "admin")
 
 
-def sign_in(board: Board, person: Person) -> tuple[httpx.Client, str]:
+def sign_in(board: LiveBoard, person: Person) -> tuple[httpx.Client, str]:
     client = board.signed_in_client(person.email, person.password)
     return client, str(client.cookies["gua_session"])
 
 
-def replay(board: Board, cookie: str, path: str) -> Callable[[httpx.Client], Reply]:
+def replay(board: LiveBoard, cookie: str, path: str) -> Callable[[httpx.Client], Reply]:
     def send(c: httpx.Client) -> Reply:
         return board.call(c, "GET", path, headers={"Cookie": f"gua_session={cookie}"})
 
@@ -51,13 +52,13 @@ def ended(reply: Reply) -> None:
     ), f"a replayed cookie still opens the page (worker {reply.worker}): {reply}"
 
 
-def both_workers(board: Board, cookie: str, path: str, check: Callable[[Reply], None]) -> None:
+def both_workers(board: LiveBoard, cookie: str, path: str, check: Callable[[Reply], None]) -> None:
     seen = board.on_every_worker(replay(board, cookie, path), check)
     assert len(seen) >= 2, f"only one worker answered: {seen}"
 
 
 def test_sign_out_ends_the_session_in_every_worker(
-    board: Board, world: World, person: Person
+    board: LiveBoard, world: World, person: Person
 ) -> None:
     admin = f"/w/{world.a.slug}/admin"
     browser, cookie = sign_in(board, person)
@@ -73,7 +74,7 @@ def test_sign_out_ends_the_session_in_every_worker(
     other.close()
 
 
-def test_password_change_ends_every_session(board: Board, world: World, person: Person) -> None:
+def test_password_change_ends_every_session(board: LiveBoard, world: World, person: Person) -> None:
     admin = f"/w/{world.a.slug}/admin"
     browser, cookie = sign_in(board, person)
     other, other_cookie = sign_in(board, person)
@@ -107,7 +108,7 @@ def test_password_change_ends_every_session(board: Board, world: World, person: 
     other.close()
 
 
-def test_removal_ends_the_session(board: Board, world: World, person: Person) -> None:
+def test_removal_ends_the_session(board: LiveBoard, world: World, person: Person) -> None:
     a = world.a
     browser, cookie = sign_in(board, person)
     both_workers(board, cookie, "/account", opens)
@@ -119,7 +120,9 @@ def test_removal_ends_the_session(board: Board, world: World, person: Person) ->
     browser.close()
 
 
-def test_admin_signs_a_member_out_everywhere(board: Board, world: World, person: Person) -> None:
+def test_admin_signs_a_member_out_everywhere(
+    board: LiveBoard, world: World, person: Person
+) -> None:
     a = world.a
     admin = f"/w/{a.slug}/admin"
     first, cookie = sign_in(board, person)
@@ -137,7 +140,7 @@ def test_admin_signs_a_member_out_everywhere(board: Board, world: World, person:
     second.close()
 
 
-def test_own_sign_out_everywhere(board: Board, world: World, person: Person) -> None:
+def test_own_sign_out_everywhere(board: LiveBoard, world: World, person: Person) -> None:
     admin = f"/w/{world.a.slug}/admin"
     browser, cookie = sign_in(board, person)
     other, other_cookie = sign_in(board, person)
@@ -152,7 +155,7 @@ def test_own_sign_out_everywhere(board: Board, world: World, person: Person) -> 
 
 
 def test_a_forged_or_altered_cookie_opens_nothing(
-    board: Board, world: World, person: Person
+    board: LiveBoard, world: World, person: Person
 ) -> None:
     admin = f"/w/{world.a.slug}/admin"
     browser, cookie = sign_in(board, person)
@@ -169,7 +172,7 @@ def test_a_forged_or_altered_cookie_opens_nothing(
     browser.close()
 
 
-def test_sign_in_issues_a_new_session(board: Board, world: World, person: Person) -> None:
+def test_sign_in_issues_a_new_session(board: LiveBoard, world: World, person: Person) -> None:
     """No session fixation: the anonymous cookie from the form is not the signed-in one."""
     with board.client() as c:
         form = board.call(c, "GET", "/signin")
