@@ -25,9 +25,9 @@ from typing import Any
 
 import httpx
 
+from tests.board.answers import TOKEN, audit_rows, refused
 from tests.board.builders import Tenant, enroll, make_tenant
 from tests.board.db import scalar
-from tests.security.inprocess import TOKEN, audit_rows, refused
 from tests.web.helpers import PASSWORD, csrf_of, sign_in
 
 GUA_BOARD = str(Path(sys.executable).parent / "gua-board")

@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.board.answers import audit_rows, refused
 from tests.board.builders import Tenant, enroll, push
 from tests.board.db import scalar
 from tests.board.test_reports_builders import gpu, observation, proc, quick_tenant
-from tests.security.inprocess import audit_rows, refused
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 REPORTS = ("reports/usage", "reports/utilization", "reports/focus", "reports/reservations")

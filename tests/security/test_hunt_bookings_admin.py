@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 
 from board.runtime import Runtime
+from tests.board.answers import refused
 from tests.board.builders import Tenant
 from tests.board.db import execute, scalar
 from tests.board.test_reports_builders import quick_tenant
-from tests.security.inprocess import refused
 from tests.security.test_hunt_api import book, busy_host, soon
 
 DEADLINE = 60.0

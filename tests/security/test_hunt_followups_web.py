@@ -30,10 +30,10 @@ import httpx
 import pytest
 
 from board.reports.params import day_now
+from tests.board.answers import refused
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.test_reports_builders import gpu, observation, proc
 from tests.board.test_stream import agent_socket, send_spaced, serve, sse, util_message
-from tests.security.inprocess import refused
 from tests.security.test_hunt_api import spellings
 from tests.web.helpers import sign_in
 

@@ -30,10 +30,10 @@ import pytest
 
 from board.reports.bodies import MAX_OTHER_ZONES
 from board.reports.slots import REPORT_SLOTS, SLOT_LOCK_BASE
+from tests.board.answers import refused
 from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import gpu, observation, proc, quick_tenant
 from tests.security.conftest import db
-from tests.security.inprocess import refused
 from tests.security.seed import Tenant as SeedTenant
 from tests.security.seed import enroll as seed_enroll
 from tests.security.seed import make_tenant

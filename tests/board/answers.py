@@ -1,5 +1,6 @@
-"""What the in-process hunt files (the app and a real PostgreSQL, no served board) share:
-how a refusal must look, and the audit rows of a workspace."""
+"""What an in-process answer (the app and a real PostgreSQL, no served board) must be: a
+refusal is a 4xx with a non-empty string detail and no token secret; and how many audit
+entries a workspace has, to show that a refusal recorded nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Revoking a host reaches every board process at once: tokens refused, sockets closed.
+"""Revoking a host: the first revoke's time stays, and it reaches every board process at
+once (tokens refused, sockets closed).
 
 Two app instances (two lifespans: two runtimes, two token caches, two listener
 connections) share one database, as two `gua-board serve` processes do. The host is

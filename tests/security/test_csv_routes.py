@@ -1,4 +1,6 @@
-"""CSV formula injection: names chosen by a host never become live spreadsheet formulas.
+"""Every CSV route of the served board: names chosen by a host never become live
+spreadsheet formulas. (The CSV writer's cells and the in-process reports:
+tests/board/test_csv_injection.py.)
 
 Host names, Linux users, process and GPU names come from agents. In every CSV the board
 writes (the API's reports with each grouping, the usage page's download, and any CSV route

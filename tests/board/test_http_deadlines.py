@@ -1,4 +1,6 @@
-"""Slow clients are cut off: `gua-board serve --workers 2`, raw sockets, small deadlines.
+"""The HTTP server's deadlines for headers and bodies: `gua-board serve --workers 2` of
+its own with small deadlines (1-3 s), raw sockets. (The security suite's slow clients,
+test_slow_clients.py, run against its board's larger limits all at once.)
 
 A client that trickles its headers or body (or sends nothing) must lose its connection
 with a 408, or silently where nothing of a request came, instead of holding a worker.

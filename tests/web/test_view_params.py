@@ -2,7 +2,7 @@
 parameters, as a member or an API client: conditional requests, searches, sorts,
 filters and ranges, checked for right answers as well as for clean refusals.
 
-Bugs this file found and board/web fixed: fleet.json answered 304 with an old fragment
+Each holds, or was a defect found and fixed: fleet.json answered 304 with an old fragment
 when an offender's holder changed on a GPU the filter did not list (the ETag named the
 offenders by id only); the usage page was a 500 for through=9999-12-31 and
 to=0001-01-01 (OverflowError); the host page's reservation timeline and the fleet's
