@@ -35,3 +35,13 @@ async def audit_rows(app: Any, slug: str) -> int:
         slug,
     )
     return int(found)
+
+
+async def token_rows(app: Any, slug: str) -> int:
+    found = await scalar(
+        app,
+        "SELECT count(*) FROM enrollment_tokens t JOIN workspaces w ON w.id = t.workspace_id "
+        "WHERE w.slug = %s",
+        slug,
+    )
+    return int(found)

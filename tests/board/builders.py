@@ -97,3 +97,15 @@ async def push(client: httpx.AsyncClient, agent_token: str, body: Any) -> httpx.
 
 def minutes_ago(n: float) -> datetime:
     return datetime.now(UTC) - timedelta(minutes=n)
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def spellings(uuid_text: str) -> list[str]:
+    return [
+        uuid_text.upper(),
+        "{" + uuid_text + "}",
+        "urn:uuid:" + uuid_text,
+        uuid_text.replace("-", ""),
+    ]

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import psycopg
 
 from board.db.urls import libpq_url
+from tests.board.answers import refused
 from tests.board.builders import enroll, make_tenant, push
-from tests.board.test_reports_builders import gpu, observation
+from tests.board.reservation_builders import book
+from tests.board.test_reports_builders import gpu, observation, quick_tenant
 
 
 async def _booked(client, tenant) -> str:
@@ -113,3 +117,46 @@ async def test_bad_feed_tokens_are_404_or_422(app, client) -> None:
     assert (await client.get(base + "?token=" + "a" * 500)).status_code == 422
     no_auth = await client.post("/api/v1/workspaces/feed/calendar-feed")
     assert no_auth.status_code == 401
+
+
+async def test_calendar_feed_escapes_names_and_notes(app: Any, client: httpx.AsyncClient) -> None:
+    """Newlines, commas, semicolons and backslashes in a host's name or a note stay text:
+    no line of the feed is a property the booker wrote."""
+    tenant = await quick_tenant(app, "ics")
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    preset = "node;a,b\r\nX-INJECTED-NAME:1\\"
+    issued = await client.post(
+        f"{base}/enrollment-tokens", json={"displayName": preset}, headers=tenant.auth()
+    )
+    claimed = await client.post(
+        "/agent/v1/enrollments/claim",
+        json={"enrollmentToken": issued.json()["enrollmentToken"], "hostname": "h"},
+    )
+    host = claimed.json()
+    r = await push(client, host["agentToken"], observation(datetime.now(UTC), [gpu(0)]))
+    assert r.status_code == 202, r.text
+    note = "line one\r\nEND:VEVENT\r\nBEGIN:VEVENT\r\nX-INJECTED-NOTE:1;x,y"
+    await book(client, tenant, host["hostId"], note=note)
+    feed = await client.post(f"{base}/calendar-feed", headers=tenant.auth("member"))
+    secret_path = "/" + feed.json()["feedUrl"].split("/", 3)[3]
+    for r in (
+        await client.get(f"{base}/reservations.ics", headers=tenant.auth()),
+        await client.get(secret_path),
+    ):
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"].startswith("text/calendar")
+        lines = r.text.split("\r\n")
+        assert not [x for x in lines if x.startswith("X-INJECTED")], r.text
+        assert sum(x == "BEGIN:VEVENT" for x in lines) == 1, r.text
+        assert "\n" not in r.text.replace("\r\n", ""), "a bare newline in the feed"
+        unfolded = r.text.replace("\r\n ", "")
+        assert "X-INJECTED-NAME:1\\\\" in unfolded, unfolded
+        assert "\\;a\\,b" in unfolded, unfolded
+    # A guessed, repeated or oversized feed token opens nothing.
+    for query in (
+        "token=gua_cal_00000000_" + "x" * 43,
+        "token=" + "x" * 5000,
+        "token=%ED%A0%80",
+        "",
+    ):
+        refused(await client.get(f"{secret_path.split('?')[0]}?{query}"), 404, 422)

@@ -4,9 +4,13 @@ hosts and the longest idle-held GPUs now; queued once per workspace and day."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
 
 from tests.board.builders import enroll, make_tenant
 from tests.board.reservation_builders import book_at
+from tests.board.test_reports_builders import quick_tenant
 from tests.notices.helpers import (
     MINUTE,
     at,
@@ -90,3 +94,32 @@ async def test_digest_equals_the_reports_and_is_sent_once(app, client, smtp: Smt
     mail = next(m for rcpt, m in smtp.messages if rcpt == ["admin@acme.example"])
     assert "daily digest" in mail["Subject"]
     assert "alice" in mail.get_payload(decode=True).decode()
+
+
+async def test_a_half_hour_zone_does_not_stop_every_workspaces_notices(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was an Unprocessable raised by the digest of a workspace whose admin chose
+    Asia/Kolkata: the notices pass stopped there, for every workspace, every pass."""
+    from tests.notices.helpers import events, notices_of
+
+    kolkata = await quick_tenant(app, "kolkata")
+    other = await quick_tenant(app, "other")
+    for tenant, zone in ((kolkata, "Asia/Kolkata"), (other, "UTC")):
+        r = await client.patch(
+            f"/api/v1/workspaces/{tenant.slug}/settings",
+            json={"timezone": zone, "digestHour": 0},
+            headers=tenant.auth(),
+        )
+        assert r.status_code == 200, r.text
+    now = datetime.now(UTC).replace(hour=20, minute=0, second=0, microsecond=0)
+    passed = await notices_of(app).detect_once(now)
+    assert set(passed) >= {kolkata.slug, other.slug}
+    digests = [e[2]["data"] for e in await events(app, "digest.daily")]
+    assert sorted(d["workspace"]["slug"] for d in digests) == sorted([kolkata.slug, other.slug])
+    # Kolkata's yesterday: its local day, the UTC hours that start on it.
+    (local,) = [d for d in digests if d["workspace"]["slug"] == kolkata.slug]
+    assert (
+        local["day"]
+        == (now + timedelta(hours=5, minutes=30) - timedelta(days=1)).date().isoformat()
+    )

@@ -31,10 +31,9 @@ import pytest
 
 from board.reports.params import day_now
 from tests.board.answers import refused
-from tests.board.builders import Tenant, enroll, make_tenant, push
+from tests.board.builders import Tenant, enroll, make_tenant, push, spellings
 from tests.board.test_reports_builders import gpu, observation, proc
 from tests.board.test_stream import agent_socket, send_spaced, serve, sse, util_message
-from tests.security.test_hunt_api import spellings
 from tests.web.helpers import sign_in
 
 HALF_HOUR_ZONE = "Asia/Kolkata"

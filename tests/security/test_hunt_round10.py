@@ -36,12 +36,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.board.builders import make_tenant
+from tests.board.answers import refused
+from tests.board.builders import make_tenant, spellings
 from tests.board.db import scalar
+from tests.board.reservation_builders import book, busy_host
 from tests.security.conftest import SETTINGS
 from tests.security.seed import enroll, unique, yesterday
 from tests.security.seed import make_tenant as make_live_tenant
-from tests.security.test_hunt_api import book, busy_host, refused, spellings
 from tests.support.live import LiveBoard, measure_peaks, start_board, stop_board
 from tests.web.helpers import sign_in
 

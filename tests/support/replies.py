@@ -54,7 +54,7 @@ class Reply:
         return f"<Reply {self.status_code} {self.url} {shown!r}>"
 
 
+# A refusal: one of the statuses, with a string detail (returned).
 def refused(reply: Reply, *statuses: int) -> str:
-    """The answer is one of `statuses`, with a string detail; the detail."""
     assert reply.status_code in statuses, reply
     return reply.detail()

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from tests.board.builders import Tenant
+
 PASSWORD = "correct-horse-battery"
 # The committed screenshots are rewritten only when asked (`make screenshots`); other runs
 # still take them, checking every width, into a scratch folder, so a test run leaves the
@@ -62,3 +64,17 @@ async def screenshots(page: Any, name: str) -> None:
         assert scroll <= width, f"{name} scrolls sideways at {width}px ({scroll}px wide)"
         await page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
     await page.set_viewport_size({"width": WIDTHS[0], "height": 900})
+
+
+def browser(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://board.test")
+
+
+async def admin_browser(app: Any, tenant: Tenant) -> tuple[httpx.AsyncClient, str]:
+    """A browser signed in as the tenant's admin, and a CSRF token of its admin page."""
+    b = browser(app)
+    r = await sign_in(b, f"admin@{tenant.slug}.example", PASSWORD)
+    assert r.status_code in (200, 303), r.text[:300]
+    page = await b.get(f"/w/{tenant.slug}/admin")
+    assert page.status_code == 200, page.text[:300]
+    return b, csrf_of(page.text)
