@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
+from agent.cli import main as agent_main
 from agent.client import Answer, BoardClient, EnrollmentError, Timeouts
 from agent.config import AgentConfig, ConfigError, load_config, save_config
 from agent.model import Collection, GpuReading, ProcessReading
@@ -29,7 +30,15 @@ from agent.payload import HostIdentity, build_observation, encode_observation
 from agent.procinfo import ProcInfo
 from agent.stream import UtilStreamer
 from board.ingest.schemas import SnapshotIn
-from tests.agent.fakes import FakeProcRoot, check_contract
+from tests.agent.fakes import (
+    CONFIG_SECRET,
+    CONFIG_TOKEN,
+    FakeProcRoot,
+    ScriptedBoard,
+    accepted,
+    check_contract,
+    write_config,
+)
 
 TOKEN = "gua_agent_hunt0001_s3cr3t-never-elsewhere"
 CLAIM_OK = {
@@ -460,3 +469,67 @@ def test_a_comm_of_invalid_utf8_and_control_bytes_is_cleaned(proc_root: FakeProc
         build_observation(Collection("550", (gpu,)), HostIdentity("h", "1"), datetime.now(UTC))
     )
     SnapshotIn.model_validate_json(body)
+
+
+def test_a_config_token_with_a_trailing_newline_never_reaches_the_log(
+    tmp_path: Path,
+    fake_board: Callable[[Callable[[socket.socket], None]], ScriptedBoard],
+    capsys: pytest.CaptureFixture[str],
+    agent_logging: None,
+) -> None:
+    """Was: a config whose agentToken ends in a newline (a hand-edited config, a token
+    pasted with its line end) makes h11 refuse the header with "Illegal header value
+    b'Bearer gua_agent_…\\n'"; the agent takes that for a network error and logs it at
+    WARNING: "board not reachable (network error (LocalProtocolError: Illegal header value
+    b'Bearer gua_agent_hunt1300_<the whole secret>\\n'))". The redaction filter looks for
+    the token as loaded (with a real newline), the message holds its repr (backslash, n),
+    so the secret goes to the journal in clear on every outage. The token must never be
+    printed: refuse such a config (exit 4, like the claim refuses a token that is not
+    visible ASCII), or keep the exception text out of the message."""
+    b = fake_board(accepted)
+    config = write_config(tmp_path / "config.json", serverUrl=b.url, agentToken=CONFIG_TOKEN + "\n")
+    agent_main(
+        [
+            "push-once",
+            "--fake",
+            "--config",
+            str(config),
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--retry-budget",
+            "1s",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert CONFIG_SECRET not in out + err, err
+
+
+def test_trickling_response_headers_are_bounded_by_the_budget(
+    fake_board: Callable[[Callable[[socket.socket], None]], ScriptedBoard],
+) -> None:
+    """Was: a board that sends its status line and then one header line every 200 ms
+    held post_observation(budget=1.0) for as long as it liked (still waiting after 15 s
+    in the probe; h11 takes up to 16 KiB of head, so one byte every 9 s is 40 hours).
+    httpx's read timeout bounds each read, and _exchange's own deadline starts only once
+    the headers are in, so a tick of 30 s was not ended by its deadline as docs/agent.md
+    promises ("Sends within a tick (including retries) end by the next tick's start").
+    The whole exchange, headers included, must end within the budget (here: well inside
+    20 s for a budget of 1 s)."""
+
+    def trickle(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 202 Accepted\r\n")
+        for _ in range(1500):  # 300 s of headers at most
+            conn.sendall(b"X-A: b\r\n")
+            time.sleep(0.2)
+        conn.sendall(b"Content-Length: 0\r\n\r\n")
+
+    b = fake_board(trickle)
+    result: list[Any] = []
+    client = BoardClient(b.url, agent_token=CONFIG_TOKEN, timeouts=Timeouts(connect=5.0, read=10.0))
+    started = time.monotonic()
+    thread = threading.Thread(
+        target=lambda: result.append(client.post_observation(b"{}", budget=1.0)), daemon=True
+    )
+    thread.start()
+    thread.join(20.0)
+    assert result, f"still waiting after {time.monotonic() - started:.0f} s (budget 1 s)"

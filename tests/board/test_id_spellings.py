@@ -89,3 +89,57 @@ async def test_the_admin_page_audits_a_host_revoke_by_its_canonical_id(
         "SELECT target FROM audit_events WHERE action = 'host.revoked' ORDER BY id DESC LIMIT 1",
     )
     assert target == host_id
+
+
+async def _last_target(app: Any, action: str) -> str:
+    found = await scalar(
+        app, "SELECT target FROM audit_events WHERE action = %s ORDER BY id DESC LIMIT 1", action
+    )
+    return str(found)
+
+
+async def test_channel_and_booking_ids_are_audited_in_canonical_form(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was audited as spelled: `DELETE …/notification-channels/urn:uuid:…` recorded
+    'urn:uuid:…' (and `{…}`, upper case), so the trail did not match the channel's id;
+    the same for `…/test` and an admin's PATCH/DELETE of a member's booking."""
+    tenant = await make_tenant(app, "canon")
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    host_id = await busy_host(app, client, tenant, "canon-node")
+    problems = []
+
+    made = await client.post(
+        f"{base}/notification-channels",
+        json={"kind": "email", "emails": ["ops@canon.example"]},
+        headers=tenant.auth(),
+    )
+    assert made.status_code == 201, made.text
+    channel = str(made.json()["channelId"])
+    spelled = spellings(channel)
+    r = await client.post(f"{base}/notification-channels/{spelled[2]}/test", headers=tenant.auth())
+    assert r.status_code == 202, r.text
+    if (got := await _last_target(app, "notices.test_sent")) != channel:
+        problems.append(f"notices.test_sent: {got!r}")
+    r = await client.delete(f"{base}/notification-channels/{spelled[1]}", headers=tenant.auth())
+    assert r.status_code == 204, r.text
+    if (got := await _last_target(app, "notices.channel_removed")) != channel:
+        problems.append(f"notices.channel_removed: {got!r}")
+
+    booked = await book(client, tenant, host_id, memberEmail="member@canon.example")
+    r = await client.patch(
+        f"{base}/reservations/{booked.upper()}", json={"note": "moved"}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    if (got := await _last_target(app, "reservation.update_for_member")) != booked:
+        problems.append(f"reservation.update_for_member: {got!r}")
+    r = await client.delete(f"{base}/reservations/urn:uuid:{booked}", headers=tenant.auth())
+    assert r.status_code == 204, r.text
+    if (got := await _last_target(app, "reservation.cancel_for_member")) != booked:
+        problems.append(f"reservation.cancel_for_member: {got!r}")
+    # The removed channel, in any spelling, is a 404 from then on.
+    refused(
+        await client.delete(f"{base}/notification-channels/{spelled[3]}", headers=tenant.auth()),
+        404,
+    )
+    assert not problems, "audited as spelled, not canonical:\n" + "\n".join(problems)

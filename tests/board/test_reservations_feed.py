@@ -160,3 +160,34 @@ async def test_calendar_feed_escapes_names_and_notes(app: Any, client: httpx.Asy
         "",
     ):
         refused(await client.get(f"{secret_path.split('?')[0]}?{query}"), 404, 422)
+
+
+async def test_a_feed_url_of_a_removed_member_stays_dead_when_they_are_added_again(
+    app: Any, client: Any
+) -> None:
+    """Removal made the feed URL a 404 only through the membership join: adding the
+    person again (the usual way to cut off a leaked URL, or just a later re-hire) brought
+    the old URL back to life."""
+    acme = await make_tenant(app, "acme")
+    issued = await client.post("/api/v1/workspaces/acme/calendar-feed", headers=acme.auth("member"))
+    assert issued.status_code == 201, issued.text
+    token = parse_qs(urlsplit(issued.json()["feedUrl"]).query)["token"][0]
+    feed = "/api/v1/calendar/reservations.ics"
+    assert (await client.get(feed, params={"token": token})).status_code == 200
+    members = "/api/v1/workspaces/acme/members"
+    removed = await client.delete(f"{members}/member@acme.example", headers=acme.auth())
+    assert removed.status_code in (200, 204), removed.text
+    assert (await client.get(feed, params={"token": token})).status_code == 404
+    again = await client.post(
+        members, json={"email": "member@acme.example", "role": "member"}, headers=acme.auth()
+    )
+    assert again.status_code == 201, again.text
+    revived = await client.get(feed, params={"token": token})
+    assert revived.status_code == 404, "the old feed URL works again after a re-add"
+    # The person's new URL works.
+    fresh = await client.post(
+        "/api/v1/workspaces/acme/calendar-feed",
+        headers={"Authorization": f"Bearer {again.json()['apiToken']}"},
+    )
+    new_token = parse_qs(urlsplit(fresh.json()["feedUrl"]).query)["token"][0]
+    assert (await client.get(feed, params={"token": new_token})).status_code == 200

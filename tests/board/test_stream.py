@@ -15,7 +15,9 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
+from board.stream.hub import Sample, StreamHub
 from tests.board.builders import enroll, make_tenant
+from tests.board.db import scalar
 from tests.support.ports import free_port
 
 
@@ -254,3 +256,105 @@ async def test_latest_shape_and_who_may_read_it(
     assert [list(g) for g in latest["gpus"]] == [["uuid", "utilPct", "memoryUsedMb"]] * 2
     assert (await client.get(url, headers=acme.auth("finance"))).status_code == 403
     assert (await client.get(url, headers=acme.auth("admin"))).status_code == 200
+
+
+class AsgiStream:
+    """One GET to the app as a raw ASGI call, its body chunks as they are sent (httpx's
+    ASGI transport holds a streaming answer until it ends)."""
+
+    def __init__(self, app: Any, path: str, token: str) -> None:
+        self.chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.gone = asyncio.Event()
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"board.test"),
+                (b"authorization", f"Bearer {token}".encode()),
+            ],
+            "client": ("127.0.0.1", 50000),
+            "server": ("board.test", 80),
+            "state": {},
+        }
+        self.task = asyncio.create_task(app(scope, self._receive, self._send))
+
+    async def _receive(self) -> dict[str, Any]:
+        if not hasattr(self, "_sent_request"):
+            self._sent_request = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await self.chunks.put(message.get("body", b""))
+            if not message.get("more_body", False):
+                await self.chunks.put(None)
+
+    async def next_event(self, seconds: float) -> bytes | None:
+        """The next chunk that is not a keep-alive comment; None when the stream ended."""
+        async with asyncio.timeout(seconds):
+            while True:
+                chunk = await self.chunks.get()
+                if chunk is None or not chunk.startswith(b":"):
+                    return chunk
+
+    async def close(self) -> None:
+        self.gone.set()
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+
+
+@pytest.mark.parametrize("ending", ["token revoked", "member removed"])
+async def test_an_open_live_stream_ends_when_its_token_or_membership_does(
+    app: Any, client: Any, ending: str
+) -> None:
+    """docs/security.md: a person whose token leaked must not keep using it after
+    revocation or removal. A live stream opened with the token kept streaming samples
+    (found here; fixed in board/stream by the stream's owner: re-checked while open)."""
+    acme = await make_tenant(app, "acme")
+    issued = await client.post("/api/v1/me/api-tokens", json={}, headers=acme.auth("member"))
+    assert issued.status_code == 201, issued.text
+    token, prefix = issued.json()["apiToken"], issued.json()["tokenPrefix"]
+    workspace_id = await scalar(app, "SELECT id FROM workspaces WHERE slug = 'acme'")
+    stream = AsgiStream(app, "/api/v1/workspaces/acme/stream", token)
+    try:
+        hello = await stream.next_event(30)
+        assert hello is not None
+        assert hello.startswith(b"event: hello"), hello
+        if ending == "token revoked":
+            r = await client.delete(
+                f"/api/v1/me/api-tokens/{prefix}", headers={"Authorization": f"Bearer {token}"}
+            )
+        else:
+            r = await client.delete(
+                "/api/v1/workspaces/acme/members/member@acme.example", headers=acme.auth()
+            )
+        assert r.status_code in (200, 204), r.text
+        refused = await client.get(
+            "/api/v1/workspaces/acme/stream/latest", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert refused.status_code == 401
+        hub: StreamHub = app.state.runtime.stream
+        # A stream may re-check its viewer every few seconds (the host page's does, every
+        # 5 s): samples keep coming, and within a generous deadline the stream must end.
+        deadline = time.monotonic() + 30
+        while True:
+            sample = Sample(int(workspace_id), "after-revocation", time.time(), (("G", 7, 1),))
+            hub.deliver(sample)
+            try:
+                if await stream.next_event(1.0) is None:
+                    break  # ended
+            except TimeoutError:
+                pass
+            assert time.monotonic() < deadline, f"the stream went on for 30 s after {ending}"
+    finally:
+        await stream.close()

@@ -6,6 +6,7 @@ import re
 from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -370,3 +371,44 @@ async def test_another_workspaces_tokens_and_hosts_are_404_on_the_admin_page(
     assert [t["state"] for t in listed.json()["enrollmentTokens"]].count("active") == 1
     got = await client.get(f"/api/v1/workspaces/{b_ws.slug}/hosts/{b_host}", headers=b_ws.auth())
     assert got.json()["revokedAt"] is None, got.text
+
+
+async def test_each_kind_of_token_opens_only_its_own_door(app: Any, client: Any) -> None:
+    """A calendar feed token, an agent token and an enrollment token as an API bearer,
+    an API token as a feed token or an agent's: each is refused, with a sentence."""
+    acme = await make_tenant(app, "acme")
+    await make_tenant(app, "bravo")
+    host = await enroll(client, acme, "node-a")
+    issued = await client.post(
+        "/api/v1/workspaces/acme/enrollment-tokens", json={}, headers=acme.auth()
+    )
+    enrollment = issued.json()["enrollmentToken"]
+    feed = await client.post("/api/v1/workspaces/acme/calendar-feed", headers=acme.auth())
+    feed_token = parse_qs(urlsplit(feed.json()["feedUrl"]).query)["token"][0]
+    pat = acme.admin_token
+    for token in (feed_token, host["agentToken"], enrollment):
+        for path in ("/api/v1/workspaces/acme/hosts", "/api/v1/me/api-tokens"):
+            r = await client.get(path, headers={"Authorization": f"Bearer {token}"})
+            assert r.status_code == 401, (token[:12], path, r.status_code)
+            assert isinstance(r.json()["detail"], str)
+    for token in (pat, host["agentToken"], enrollment):
+        r = await client.get("/api/v1/calendar/reservations.ics", params={"token": token})
+        assert r.status_code == 404, (token[:12], r.status_code)
+    for token in (pat, feed_token, enrollment):
+        r = await client.post(
+            "/agent/v1/observations",
+            content=b"{}",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        assert r.status_code == 401, (token[:12], r.status_code)
+    # acme's API token on bravo's routes: 404, as if bravo did not exist.
+    r = await client.get("/api/v1/workspaces/bravo/notification-channels", headers=acme.auth())
+    assert r.status_code == 404
+    # A rotated feed token stops at once; the new one works.
+    again = await client.post("/api/v1/workspaces/acme/calendar-feed", headers=acme.auth())
+    assert again.status_code == 201
+    old = await client.get("/api/v1/calendar/reservations.ics", params={"token": feed_token})
+    assert old.status_code == 404
+    new_token = parse_qs(urlsplit(again.json()["feedUrl"]).query)["token"][0]
+    fresh = await client.get("/api/v1/calendar/reservations.ics", params={"token": new_token})
+    assert fresh.status_code == 200

@@ -5,14 +5,21 @@ Retry-After, from the API and from the admin page's form), each workspace on its
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httpx
+import pytest
 
 from board.notices.service import MAX_CHANNELS, TESTS_PER_CHANNEL, TESTS_PER_WORKSPACE
 from tests.board.builders import Tenant, make_tenant
 from tests.board.db import execute, scalar
-from tests.notices.helpers import add_channel
+from tests.notices.helpers import (
+    add_channel,
+    deliver_until,
+    deliveries,
+)
+from tests.notices.receivers import HttpReceiver, SmtpReceiver
 from tests.web.helpers import csrf_of, sign_in
 
 CHANNELS = "/api/v1/workspaces/{slug}/notification-channels"
@@ -138,3 +145,104 @@ async def test_the_admin_page_says_when_a_test_is_refused(app, client) -> None:
     assert 'id="notices-error"' in r.text
     assert "test notices" in r.text
     assert await _test_events(app) == TESTS_PER_CHANNEL
+
+
+ODD_ADDRESSES = [
+    "a)b@acme.example",  # mailed to "a"
+    "a<b>@acme.example",  # mailed to "b"
+    "a,b@acme.example",  # mailed to "a" and "b"
+    "a:b@acme.example",  # a group: mailed to "b@acme.example"
+    "(a@acme.example",  # no mail for any address of the channel
+    'a@"acme".example',  # the mail library raised
+]
+
+
+@pytest.mark.parametrize("address", ODD_ADDRESSES)
+async def test_an_email_channel_refuses_addresses_mail_would_read_otherwise(
+    app: Any, client: Any, smtp: SmtpReceiver, address: str
+) -> None:
+    """Each was accepted (one "@", no spaces), then read by the mail library as another
+    address, or none: mail went to someone not listed, or to nobody of the channel."""
+    acme = await make_tenant(app, "acme")
+    url = f"/api/v1/workspaces/{acme.slug}/notification-channels"
+    r = await client.post(
+        url,
+        json={"kind": "email", "emails": ["ops@acme.example", address]},
+        headers=acme.auth(),
+    )
+    assert r.status_code == 422, (r.status_code, r.text[:300])
+    assert isinstance(r.json()["detail"], str)
+    assert (await client.get(url, headers=acme.auth())).json()["channels"] == []
+
+
+async def test_an_address_stored_before_the_rule_is_left_out_not_mailed_elsewhere(
+    app: Any, client: Any, smtp: SmtpReceiver
+) -> None:
+    acme = await make_tenant(app, "acme")
+    channel = await add_channel(client, acme, kind="email", emails=["ops@acme.example"])
+    await execute(
+        app,
+        "UPDATE notice_channels SET emails = %s WHERE public_id = %s",
+        ["ops@acme.example", *ODD_ADDRESSES],
+        channel["channelId"],
+    )
+    queued = await client.post(
+        f"/api/v1/workspaces/acme/notification-channels/{channel['channelId']}/test",
+        headers=acme.auth(),
+    )
+    assert queued.status_code == 202, queued.text
+
+    async def settled() -> bool:
+        return [row[4] for row in await deliveries(app)] != ["pending"]
+
+    await deliver_until(app, settled, "the test mail")
+    assert [row[4] for row in await deliveries(app)] == ["delivered"]
+    assert [m[0] for m in smtp.messages] == [["ops@acme.example"]]
+
+
+async def test_a_slack_urls_path_and_a_webhooks_query_are_in_no_log_line(
+    app: Any, client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Slack incoming-webhook URL is its own credential (the board shows only its
+    host), yet httpx logged every delivery's URL at INFO, path and query included."""
+    caplog.set_level(logging.INFO)
+    # The agent's logging setup (run in-process by the agent's tests, maybe earlier in
+    # this worker) quiets httpx to WARNING; this test needs to see what httpx would log.
+    caplog.set_level(logging.INFO, logger="httpx")
+    acme = await make_tenant(app, "acme")
+    receiver = HttpReceiver().start()
+    slack_secret = "services/T0000/B0000/SLACKSECRETabcdef123456"
+    hook_secret = "hooksecret0123456789abcdef"
+    try:
+        made = [
+            await add_channel(
+                client,
+                acme,
+                kind="slack",
+                url=f"http://127.0.0.1:{receiver.port}/{slack_secret}",
+            ),
+            await add_channel(
+                client,
+                acme,
+                kind="webhook",
+                url=f"http://127.0.0.1:{receiver.port}/hook?key={hook_secret}",
+            ),
+        ]
+        for channel in made:
+            r = await client.post(
+                f"/api/v1/workspaces/acme/notification-channels/{channel['channelId']}/test",
+                headers=acme.auth(),
+            )
+            assert r.status_code == 202, r.text
+
+        async def delivered() -> bool:
+            return [row[4] for row in await deliveries(app)] == ["delivered", "delivered"]
+
+        await deliver_until(app, delivered, "both test notices")
+    finally:
+        receiver.stop()
+    assert sorted(r.headers.get("host", "") for r in receiver.received)  # they did arrive
+    lines = [record.getMessage() for record in caplog.records]
+    assert any("HTTP Request" in line for line in lines), lines  # httpx did log
+    leaked = [line for line in lines if slack_secret in line or hook_secret in line]
+    assert not leaked, leaked

@@ -6,10 +6,13 @@ issued or served.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.board.answers import TOKEN, token_rows
 from tests.board.builders import make_tenant
@@ -110,3 +113,50 @@ def test_cli_serve_refuses_ports_and_worker_counts_that_are_none(database_url: s
         err = done.stderr.decode(errors="replace")
         assert done.returncode == 2, (args, done.returncode, err[-500:])
         assert "Traceback" not in err, err[-2000:]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sign-out", b"\xff@x.example"],
+        ["revoke-api-token", b"gua_pat_\xff", "--workspace", "acme"],
+        ["create-user", b"\xff@x.example", "--workspace", "acme", "--role", "member"],
+    ],
+    ids=["sign-out", "revoke-api-token", "create-user"],
+)
+def test_an_argument_that_is_not_utf8_is_a_sentence_not_a_traceback(
+    database_url: str, tmp_path: Path, argv: list[Any]
+) -> None:
+    """Was: an argument that is not UTF-8 (Python reads it as a lone surrogate) reached
+    psycopg and ended in a traceback, "UnicodeEncodeError: 'utf-8' codec can't encode
+    character '\\udcff' in position 0: surrogates not allowed", exit 1, for sign-out,
+    revoke-api-token and create-user (create-workspace already answers with a sentence).
+    A bad argument is exit 2 with `gua-board: …` and no traceback, as for a bad password
+    on stdin."""
+    env = {
+        **os.environ,
+        "GUA_BOARD_DATABASE_URL": database_url,
+        "GUA_BOARD_DATA_DIR": str(tmp_path / "data"),
+    }
+    subprocess.run(
+        [sys.executable, "-c", "from board.cli import main; main()", "create-workspace", "acme"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "from board.cli import main; main()", *argv],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    err = done.stderr.decode("utf-8", "replace")
+    assert "Traceback" not in err, err[-600:]
+    assert done.returncode == 2, (done.returncode, err[-600:])

@@ -5,6 +5,7 @@ ends, fails, or its holder's connection goes; other workspaces are not affected.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import time
 import zoneinfo
@@ -12,12 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
 from board.db.urls import libpq_url
-from board.reports.slots import REPORT_SLOTS, slot_key
+from board.reports.slots import APPLICATION_NAME, REPORT_SLOTS, slot_key
 from tests.board.builders import make_tenant
+from tests.board.db import scalar
 from tests.board.test_reports_builders import quick_tenant, workspace_id
 from tests.web.helpers import sign_in
 
@@ -183,3 +186,112 @@ async def test_the_reservations_report_and_statements_take_a_slot(app, client) -
             r = await client.get(page)
             assert r.status_code == 200, (page, r.text[:300])
         await _wait_all_free(probe, ws)
+
+
+WINDOW = "from=2025-11-01&to=2026-11-01"
+
+
+async def test_the_usage_page_and_its_csv_take_a_report_slot(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was: the usage page and usage.csv ran the usage report (up to 400 days, the page
+    twice: the table and the day chart) on the request's pooled connection, outside the
+    workspace's report slots that the REST reports, the reservations report and the
+    statements hold. With every slot taken, any signed-in reader (finance included) could
+    still run any number of year-long reports at once, each holding one of the process's
+    few pooled connections that every other workspace's pages and API calls need."""
+    await make_tenant(app, "slots")
+    assert (await sign_in(client, "finance@slots.example")).status_code == 303
+    url = libpq_url(app.state.runtime.database_url)
+    ws = await scalar(app, "SELECT id FROM workspaces WHERE slug = 'slots'")
+    pages = (f"/w/slots/usage?{WINDOW}&groupBy=user,day", f"/w/slots/usage.csv?{WINDOW}")
+    holders = []
+    try:
+        for slot in range(REPORT_SLOTS):
+            holder = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            holders.append(holder)
+            await holder.execute("SELECT pg_advisory_lock(%s, %s)", list(slot_key(slot, ws)))
+        for page in pages:
+            r = await client.get(page)
+            assert r.status_code == 429, (page, r.status_code, r.text[:300])
+            assert int(r.headers["Retry-After"]) > 0
+            assert f"{REPORT_SLOTS} reports" in r.text
+        # Bad input is still the page's 422, told before a slot is sought.
+        r = await client.get("/w/slots/usage?from=2026-13-01&to=2026-11-01")
+        assert r.status_code == 422, r.text[:300]
+    finally:
+        for holder in holders:
+            await holder.close()
+    for page in pages:  # the slots free: each runs
+        r = await client.get(page)
+        assert r.status_code == 200, (page, r.text[:300])
+
+
+async def test_a_flood_of_reports_opens_no_more_connections_than_the_slots(
+    app: Any, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """take_report_connection opens a new PostgreSQL connection (outside every pool) for
+    each report request and only then tries the workspace's slots: with the slots taken,
+    each refused request still costs a backend. Any reader (finance included) sending a
+    few hundred report requests at once holds that many connections at a moment, past
+    PostgreSQL's max_connections (100 by default), and then every other workspace's pages,
+    reports and pushes fail to connect. A workspace's requests must not have more report
+    connections open or opening than its slots, in one process at least.
+
+    The connections are counted as they open and close (the real ones, passed through);
+    an opening waits until all requests have asked or a generous deadline, as on a
+    database slow to start backends, so the count does not depend on scheduling."""
+    tenant = await make_tenant(app, "flood")
+    url = libpq_url(app.state.runtime.database_url)
+    ws = await scalar(app, "SELECT id FROM workspaces WHERE slug = 'flood'")
+    asked = 12
+    opening = {"now": 0, "most": 0, "asked": 0}
+    everyone_asked = asyncio.Event()
+    connect = psycopg.AsyncConnection.connect
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("application_name") != APPLICATION_NAME:
+            return await connect(*args, **kwargs)
+        opening["now"] += 1
+        opening["most"] = max(opening["most"], opening["now"])
+        opening["asked"] += 1
+        if opening["asked"] >= asked:
+            everyone_asked.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):
+                await everyone_asked.wait()
+        conn = await connect(*args, **kwargs)
+        close = conn.close
+
+        async def closed() -> None:
+            opening["now"] -= 1
+            conn.close = close  # type: ignore[method-assign]
+            await close()
+
+        conn.close = closed  # type: ignore[method-assign]
+        return conn
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", counted)
+    holders = []
+    try:
+        for slot in range(REPORT_SLOTS):
+            holder = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            holders.append(holder)
+            await holder.execute("SELECT pg_advisory_lock(%s, %s)", list(slot_key(slot, ws)))
+        answers = await asyncio.gather(
+            *(
+                client.get(
+                    f"/api/v1/workspaces/flood/reports/usage?{WINDOW}",
+                    headers=tenant.auth("finance"),
+                )
+                for _ in range(asked)
+            )
+        )
+    finally:
+        for holder in holders:
+            await holder.close()
+    assert {r.status_code for r in answers} == {429}
+    assert opening["most"] <= REPORT_SLOTS, (
+        f"{opening['most']} report connections of one workspace open at once, "
+        f"for {REPORT_SLOTS} slots"
+    )

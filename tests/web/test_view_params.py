@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.board.builders import Tenant, enroll, make_tenant, push
+from tests.board.reservation_builders import busy_host
 from tests.board.test_reports_builders import gpu, observation, proc
 from tests.web.helpers import sign_in
 
@@ -509,3 +510,24 @@ async def test_a_user_named_like_nobody_is_not_grouped_with_free_gpus(
     assert r.status_code == 200, r.text
     fragment = r.json()["fragments"]["hosts"]
     assert fragment.count('<section class="group"') == 2, fragment
+
+
+SPACED_GROUPS = ["user ", " user", "host, user", "team ,user", " ", "\u00a0", "gpu\t"]
+
+
+async def test_usage_page_group_keys_with_spaces_are_no_500(app: Any) -> None:
+    """Was a 500 (KeyError: 'day' in board/web/usage_routes.py `_label`)."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as client:
+        tenant = await make_tenant(app, "spaced")
+        await busy_host(app, client, tenant, "spaced-node")  # the report has rows
+        r = await sign_in(client, "admin@spaced.example")
+        assert r.status_code == 303, r.text
+        problems = []
+        for value in SPACED_GROUPS:
+            r = await client.get(f"/w/{tenant.slug}/usage", params={"groupBy": value})
+            if r.status_code >= 500:
+                problems.append(f"groupBy={value!r}: {r.status_code} {r.text[:120]!r}")
+            elif r.status_code == 200 and value.strip() in ("user", "host, user", "team ,user"):
+                assert "alice" in r.text, (value, r.text[:500])
+        assert not problems, "\n".join(problems)
