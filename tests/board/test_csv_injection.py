@@ -21,6 +21,7 @@ import pytest
 from board.reports.csv import csv_cells, spreadsheet_text
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.db import execute
+from tests.board.money_builders import base, held_hours
 from tests.board.reservation_builders import book
 from tests.board.test_reports_builders import (
     days_ago_midnight,
@@ -264,3 +265,69 @@ async def test_names_admins_choose_never_start_a_formula(
         assert "'" + name in seen, f"{name!r} never reached a CSV"
     r = await client.get(f"{base}/reports/usage?groupBy=team&{window}", headers=tenant.auth())
     assert [row["team"] for row in r.json()["rows"]] == [team], r.text
+
+
+ALL_FORMULA_STARTS = tuple("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+
+
+EVIL_NAMES = ("=1+1", "+1", "-1", "@SUM(A1)", "\uff1d1+1", "\uff20x", "\uff0b1", "\uff0d1")
+
+
+def live_formulas(text: str) -> list[str]:
+    cells = [c for row in csv.reader(io.StringIO(text, newline="")) for c in row]
+    return [c for c in cells if c.startswith(ALL_FORMULA_STARTS)]
+
+
+async def test_focus_statement_and_team_csv_cells_never_run(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """The workspace's name (FOCUS's account, provider and issuer), team names (an
+    admin's free text), GPU models and host names (what hosts report) in every money CSV."""
+    from board.workspaces import service as workspaces
+    from tests.web.helpers import sign_in
+
+    slug = f"evilmoney-{datetime.now(UTC):%H%M%S%f}"
+    async with app.state.runtime.sessions() as session:
+        workspace = await workspaces.create_workspace(session, slug, "=HYPERLINK(1)")
+        admin = await workspaces.add_member(
+            session, workspace, f"admin@{slug}.example", "admin", "correct-horse-battery"
+        )
+        await session.commit()
+    tenant = Tenant(slug, admin.api_token, admin.api_token, admin.api_token)
+    start = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    users = {name: f"user{i}" for i, name in enumerate(EVIL_NAMES)}
+    await held_hours(client, tenant, start, users)
+    for i, name in enumerate(EVIL_NAMES):
+        r = await client.put(
+            f"{base(tenant)}/directory/user{i}",
+            json={"memberEmail": None, "team": name},
+            headers=tenant.auth(),
+        )
+        assert r.status_code == 200, r.text
+    day = (start - timedelta(days=5)).date().isoformat()
+    prices = [{"gpuModel": name, "perGpuHour": 1, "from": day} for name in EVIL_NAMES]
+    r = await client.put(
+        f"{base(tenant)}/prices", json={"currency": "EUR", "prices": prices}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    window = f"from={start:%Y-%m-%d}&to={start + timedelta(days=1):%Y-%m-%d}&tz=UTC"
+    focus = await client.get(f"{base(tenant)}/reports/focus?{window}", headers=tenant.auth())
+    assert focus.status_code == 200, focus.text
+    rows = list(csv.DictReader(io.StringIO(focus.text, newline="")))
+    assert len(rows) == len(EVIL_NAMES), focus.text
+    assert {r["BillingAccountName"] for r in rows} == {"'=HYPERLINK(1)"}, focus.text
+    assert not live_formulas(focus.text), live_formulas(focus.text)
+    for group in ("team", "team,user", "team,gpu", "gpu,team", "team,host", "team,day"):
+        r = await client.get(
+            f"{base(tenant)}/reports/usage?{window}&groupBy={group}&format=csv",
+            headers=tenant.auth(),
+        )
+        assert r.status_code == 200, (group, r.text)
+        assert not live_formulas(r.text), (group, live_formulas(r.text))
+    assert (await sign_in(client, f"admin@{slug}.example", "correct-horse-battery")).status_code
+    month = f"{start:%Y-%m}"
+    for name in EVIL_NAMES:
+        r = await client.get(f"/w/{slug}/statements.csv", params={"month": month, "team": name})
+        assert r.status_code == 200, (name, r.text[:300])
+        assert "user" in r.text, (name, r.text)
+        assert not live_formulas(r.text), (name, live_formulas(r.text))

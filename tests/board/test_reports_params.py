@@ -12,6 +12,7 @@ import pytest
 from board.db.urls import libpq_url
 from tests.board.answers import refused
 from tests.board.builders import enroll, push
+from tests.board.money_builders import base
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,
@@ -278,3 +279,56 @@ async def test_no_date_in_a_report_overflows_the_day_arithmetic() -> None:
                     continue
                 assert window.changes
                 assert window.local(window.end).date() + timedelta(days=40) > date(1970, 1, 1)
+
+
+GPU_TIME_REPORTS = ("reports/usage", "reports/utilization", "reports/focus")
+
+
+ACCEPTED_BOUNDS = [
+    # offsets at the ends of the real range, minutes spelled or not, a space for T
+    ("2026-11-01T14:00:00%2B14:00", "2026-11-02T00:00:00Z"),
+    ("2026-11-01T00:00:00-12:00", "2026-11-03T00:00:00Z"),
+    ("2026-11-01T06%2B01", "2026-11-02T00Z"),
+    ("2026-11-01 06:00:00Z", "2026-11-02T00:00:00.000000Z"),
+    ("2026-11-01T07:00:00 01:00", "2026-11-02"),  # an unencoded +
+    ("2026-11-01T06:00:00-00:00", "2026-11-02"),
+]
+
+
+REFUSED_BOUNDS = [
+    "2026-W44-7",  # ISO week date
+    "2026-305",  # ordinal date
+    "20261101",  # basic format
+    "2026-11-01T24:00:00Z",
+    "2026-11-01T23:59:60Z",  # a leap second
+    "2026-11-01T06:00:00%2B24:00",
+    "2026-11-01T06:00:00%2B14:60",  # was read as +15:00
+    "2026-11-01T06:00:00-00:60",  # was read as -01:00
+    "2026-11-01T06:00:00%2B2400",
+    "2026-11-01T06:00:00%2B05:30",  # whole minutes, not on a UTC hour
+    "2026-11-01T06:00:00.5Z",
+    "2026-11-01T%D9%A0%D9%A6:00:00Z",  # Arabic-Indic hour
+    "%EF%BC%92026-11-01",  # one full-width digit
+    "2026-11-01T06:00:00Z%00",
+    "2026-11-01T06:00:00ZZ",
+    "2026-11-01TT06:00:00Z",
+    "%2B2026-11-01",
+    "2026-11-01T06:00:00%2B01:00:00",  # an offset with seconds
+]
+
+
+async def test_odd_iso_forms_answer_or_are_refused_with_a_sentence(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    tenant = await quick_tenant(app, "iso")
+    for start, end in ACCEPTED_BOUNDS:
+        for path in GPU_TIME_REPORTS:
+            r = await client.get(
+                f"{base(tenant)}/{path}?from={start}&to={end}&tz=UTC", headers=tenant.auth()
+            )
+            assert r.status_code == 200, (path, start, end, r.text[:300])
+    for bad in REFUSED_BOUNDS:
+        for path in GPU_TIME_REPORTS:
+            for side in (f"from={bad}&to=2026-11-03", f"from=2026-10-30&to={bad}"):
+                r = await client.get(f"{base(tenant)}/{path}?{side}", headers=tenant.auth())
+                refused(r, 400, 422)

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -16,9 +18,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
 from board.stream.hub import Sample, StreamHub
-from tests.board.builders import enroll, make_tenant
+from tests.board.answers import refused
+from tests.board.builders import Tenant, enroll, make_tenant, spellings
 from tests.board.db import scalar
 from tests.support.ports import free_port
+from tests.web.helpers import sign_in
 
 
 def util_message(uuids: tuple[str, ...] = ("GPU-0", "GPU-1"), util: int = 2) -> str:
@@ -358,3 +362,73 @@ async def test_an_open_live_stream_ends_when_its_token_or_membership_does(
             assert time.monotonic() < deadline, f"the stream went on for 30 s after {ending}"
     finally:
         await stream.close()
+
+
+async def streamed_lately(client: httpx.AsyncClient, tenant: Tenant, host_id: str) -> None:
+    """Waits (generously) until the hub keeps a sample of the host."""
+    url = f"/api/v1/workspaces/{tenant.slug}/stream/latest"
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        r = await client.get(url, headers=tenant.auth())
+        assert r.status_code == 200, r.text
+        if host_id in {h["hostId"] for h in r.json()["hosts"]}:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the samples never arrived"
+        await asyncio.sleep(0.05)
+
+
+NOT_HOST_IDS = (
+    "",
+    "not-a-host",
+    "x" * 65,
+    "x" * 8000,
+    "0" * 31,
+    "0" * 33,
+    "gua_agent_0123abcd_" + "A" * 40,
+)
+
+
+async def test_a_stream_hostid_that_is_no_uuid_is_422(app: Any, client: httpx.AsyncClient) -> None:
+    """Was a 200 stream of nothing, for a hostId of any length."""
+    tenant = await make_tenant(app, "acme")
+    url = f"/api/v1/workspaces/{tenant.slug}/stream"
+    for value in NOT_HOST_IDS:
+        r = await client.get(url, params={"hostId": value}, headers=tenant.auth("member"))
+        detail = refused(r, 422)
+        assert "hostId" in detail
+        if value:
+            assert value[:8] not in detail  # not echoed: it may be a pasted token
+    # A NUL in the URL is refused before any route (board.edge).
+    refused(await client.get(f"{url}?hostId=%00", headers=tenant.auth("member")), 400)
+
+
+async def test_a_stream_hostid_in_any_spelling_matches_its_host(
+    app: Any, client: httpx.AsyncClient, served: str
+) -> None:
+    """Was a stream of nothing for an upper-case, braced, urn: or unhyphenated id."""
+    acme = await make_tenant(app, "acme")
+    other = await make_tenant(app, "other")
+    mine = await enroll(client, acme, "mine")
+    theirs = await enroll(client, other, "theirs")
+    for host in (mine, theirs):
+        async with agent_socket(served, host["agentToken"]) as ws:
+            await send_spaced(ws, [util_message(), util_message()])
+    for tenant, host in ((acme, mine), (other, theirs)):
+        await streamed_lately(client, tenant, host["hostId"])
+    path = f"/api/v1/workspaces/{acme.slug}/stream?hostId="
+    for spelled in [mine["hostId"], *spellings(mine["hostId"])]:
+        async with sse(served, path + quote(spelled, safe=""), acme.auth("member")) as page:
+            assert page.status == 200
+            first = await page.next_util()
+            assert first["hostId"] == mine["hostId"]
+    # Another workspace's host, or none, in any spelling: a 404, as on the host page.
+    for spelled in [theirs["hostId"], *spellings(theirs["hostId"]), str(uuid.uuid4())]:
+        r = await client.get(path + quote(spelled, safe=""), headers=acme.auth("member"))
+        assert "No such host" in refused(r, 404)
+        assert "theirs" not in r.text
+    # The host page's stream of it is a 404, in any spelling.
+    assert (await sign_in(client, "member@acme.example")).status_code == 303
+    for spelled in [theirs["hostId"], *spellings(theirs["hostId"])]:
+        r = await client.get(f"/w/{acme.slug}/hosts/{quote(spelled, safe='')}/stream")
+        assert r.status_code == 404, r.text[:300]
+        assert "theirs" not in r.text

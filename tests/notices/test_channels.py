@@ -246,3 +246,60 @@ async def test_a_slack_urls_path_and_a_webhooks_query_are_in_no_log_line(
     assert any("HTTP Request" in line for line in lines), lines  # httpx did log
     leaked = [line for line in lines if slack_secret in line or hook_secret in line]
     assert not leaked, leaked
+
+
+PASSWORD_IN_URL = "hunter2-webhook-pass"
+
+
+async def test_a_webhook_urls_password_is_never_shown(
+    app: Any, client: httpx.AsyncClient, hook: HttpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a channel's URL holding `user:pass@` (a channel stored before the rule that
+    refuses one) was answered as is by the API and the admin page."""
+    caplog.set_level(logging.DEBUG)
+    acme = await make_tenant(app, "acme")
+    channel = await add_channel(client, acme, kind="webhook", url=hook.url)
+    stored = hook.url.replace("http://", f"http://hookuser:{PASSWORD_IN_URL}@")
+    await execute(
+        app,
+        "UPDATE notice_channels SET url = %s WHERE public_id = %s",
+        stored,
+        channel["channelId"],
+    )
+    shown = hook.url.replace("http://", "http://***@")
+    base = f"/api/v1/workspaces/{acme.slug}"
+
+    listed = await client.get(f"{base}/notification-channels", headers=acme.auth())
+    assert listed.status_code == 200, listed.text
+    assert PASSWORD_IN_URL not in listed.text
+    assert "hookuser" not in listed.text
+    assert [c["url"] for c in listed.json()["channels"]] == [shown]
+
+    assert (await sign_in(client, f"admin@{acme.slug}.example")).status_code == 303
+    page = await client.get(f"/w/{acme.slug}/admin/notices")
+    assert page.status_code == 200, page.text
+    assert PASSWORD_IN_URL not in page.text
+    assert "hookuser" not in page.text
+    assert shown in page.text
+
+    # Deliveries read the stored URL (untouched), whose credentials the URL rules
+    # refuse: the attempt fails, and neither its record nor a log line shows them.
+    url = await scalar(
+        app, "SELECT url FROM notice_channels WHERE public_id = %s", channel["channelId"]
+    )
+    assert url == stored
+    r = await client.post(
+        f"{base}/notification-channels/{channel['channelId']}/test", headers=acme.auth()
+    )
+    assert r.status_code == 202, r.text
+
+    async def settled() -> bool:
+        return [d[4] for d in await deliveries(app)] == ["failed"]
+
+    await deliver_until(app, settled, "the test's attempt recorded")
+    assert hook.received == []
+    answered = await client.get(f"{base}/notifications", headers=acme.auth())
+    assert answered.status_code == 200, answered.text
+    assert "user name or password" in answered.json()["notifications"][0]["response"]
+    for text in (answered.text, caplog.text):
+        assert PASSWORD_IN_URL not in text

@@ -402,3 +402,61 @@ def test_odd_host_headers_are_refused_cleanly(board: LiveBoard, host_header: byt
     status = answer.split(b" ", 2)[1] if answer.startswith(b"HTTP/1.1 ") else b"(closed)"
     assert not status.startswith(b"5"), answer[:300]
     assert b"X-Injected" not in answer.split(b"\r\n\r\n")[0], answer[:300]
+
+
+def _guarded(reply: Reply, what: str) -> list[str]:
+    h = reply.headers
+    problems = []
+    if "frame-ancestors 'none'" not in h.get("content-security-policy", ""):
+        problems.append(f"{what}: no CSP frame-ancestors ({reply})")
+    if "script-src 'self'" not in h.get("content-security-policy", ""):
+        problems.append(f"{what}: no CSP script-src ({reply})")
+    if h.get("x-frame-options") != "DENY":
+        problems.append(f"{what}: X-Frame-Options {h.get('x-frame-options')!r}")
+    if h.get("x-content-type-options") != "nosniff":
+        problems.append(f"{what}: X-Content-Type-Options {h.get('x-content-type-options')!r}")
+    if not h.get("referrer-policy"):
+        problems.append(f"{what}: no Referrer-Policy")
+    if "no-store" not in h.get("cache-control", ""):
+        problems.append(f"{what}: Cache-Control {h.get('cache-control')!r}")
+    return problems
+
+
+def test_every_kind_of_page_answer_carries_the_security_headers(
+    board: LiveBoard, world: World, person: Person
+) -> None:
+    a = world.a
+    s = f"/w/{a.slug}"
+    host = a.hosts[0].host_id
+    problems: list[str] = []
+    with board.client() as anonymous:
+        for path in ("/signin", f"{s}/admin", f"{s}/fleet.json", "/notices/snooze?token=x"):
+            problems += _guarded(board.call(anonymous, "GET", path), f"signed out: {path}")
+    with board.signed_in(person.email, person.password) as c:
+        for path in (
+            "/account",
+            f"{s}/",
+            f"{s}/fleet.json",
+            f"{s}/hosts/{host}",
+            f"{s}/hosts/{host}.json",
+            f"{s}/hosts/{host}/stream",
+            f"{s}/usage.csv",
+            f"{s}/statements.csv",
+            f"{s}/usage?from=not-a-date",  # a 422 page
+            f"{s}/usage.csv?from=not-a-date",  # a 422 JSON
+            f"{s}/hosts/not-a-host",  # a 404 page
+            f"/w/{world.b.slug}/",  # another workspace: 404
+            "/signin",  # a redirect
+        ):
+            reply = board.call(c, "GET", path)
+            assert reply.status_code < 500, reply
+            problems += _guarded(reply, path)
+        fleet = board.call(c, "GET", f"{s}/fleet.json")
+        etag = fleet.headers.get("etag", "")
+        again = board.call(c, "GET", f"{s}/fleet.json", headers={"If-None-Match": etag})
+        if again.status_code == 304:  # a host may have pushed in between
+            problems += _guarded(again, "fleet.json 304")
+        forged = board.call(c, "POST", f"{s}/admin/settings", data={"csrf_token": "forged"})
+        assert forged.status_code == 403, forged
+        problems += _guarded(forged, "a refused form")
+    assert not problems, "\n".join(problems)
