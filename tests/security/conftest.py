@@ -19,11 +19,14 @@ import pytest
 
 from tests.security.seed import (
     Host,
+    Person,
     Tenant,
+    add_member,
     day_archives,
     enroll,
     issue_enrollment,
     make_tenant,
+    new_password,
     push_history,
     unique,
     upload_archive,
@@ -204,6 +207,29 @@ def _b_bookings_and_notices(board: LiveBoard, b: Tenant, host: Host) -> tuple[st
 def scratch(board: LiveBoard) -> Tenant:
     """A third workspace for tests that change settings, revoke hosts or push odd names."""
     return make_tenant(board, "charlie")
+
+
+@pytest.fixture(scope="module")
+def other(board: LiveBoard) -> Tenant:
+    """A workspace of the module's own (others change the scratch one's settings), and
+    for what must never cross from one workspace to another."""
+    return make_tenant(board, "delta")
+
+
+@pytest.fixture(scope="module")
+def admin(board: LiveBoard, scratch: Tenant) -> Person:
+    """An admin of the scratch workspace with a password, for page sessions."""
+    email = f"{unique('page-admin')}@charlie.example"
+    password = new_password(board)
+    reply = add_member(board, scratch.slug, scratch.admin.token, email, "admin", password)
+    assert reply.status_code == 201, reply
+    return Person(email, password, reply.json()["apiToken"], "admin")
+
+
+@pytest.fixture
+def host(board: LiveBoard, scratch: Tenant) -> Host:
+    """A fresh host of the scratch workspace."""
+    return enroll(board, scratch, unique("scratch-host"))
 
 
 __all__ = ["World", "db", "unique"]

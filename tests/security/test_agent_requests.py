@@ -7,53 +7,27 @@ mint GPU identities beyond its workspace's `maxGpusPerHost`.
 
 from __future__ import annotations
 
+import gzip
 import json
+import socket
 import zlib
-from datetime import timedelta
+from collections.abc import Callable
 
 import pytest
 
-from tests.security.conftest import ARCHIVE_MAX_ROWS, db
+from tests.security.checks import count, raw_exchange, statuses_in, stored
 from tests.security.seed import (
-    GPU_SAMPLE,
     Host,
+    Person,
     Tenant,
-    enroll,
-    gz_csv,
+    claim,
+    issue_enrollment,
     observation,
     push,
     unique,
-    upload_archive,
-    yesterday,
 )
 from tests.support.live import LiveBoard, measure_peaks
-from tests.support.replies import Reply
-
-BOMB_PEAK_MIB = 200
-
-
-@pytest.fixture
-def host(board: LiveBoard, scratch: Tenant) -> Host:
-    return enroll(board, scratch, unique("agent-input"))
-
-
-def stored(board: LiveBoard, host: Host) -> tuple[object, object, object]:
-    """(observations, GPUs, archive objects) the board keeps for the host."""
-    url = board.env["GUA_BOARD_DATABASE_URL"]
-    where = (
-        "FROM {} x JOIN hosts h ON h.workspace_id = x.workspace_id AND h.id = x.host_id "
-        "WHERE h.public_id = %s::uuid"
-    )
-    return (
-        db(url, "SELECT count(*) " + where.format("host_observations"), host.host_id),
-        db(url, "SELECT count(*) " + where.format("gpus"), host.host_id),
-        db(url, "SELECT count(*) " + where.format("archive_objects"), host.host_id),
-    )
-
-
-def refused(reply: Reply, *statuses: int) -> str:
-    assert reply.status_code in statuses, reply
-    return reply.detail()
+from tests.support.replies import refused
 
 
 def _with_nul_key(where: str) -> bytes:
@@ -126,27 +100,6 @@ def test_observation_that_is_not_json_is_415(
     assert stored(board, host) == before
 
 
-def test_claim_that_is_not_json_is_415(board: LiveBoard, scratch: Tenant) -> None:
-    from tests.security.seed import issue_enrollment
-
-    token = issue_enrollment(board, scratch)
-    body = json.dumps({"enrollmentToken": token, "hostname": "plain"}).encode()
-    with board.client() as c:
-        reply = board.call(
-            c,
-            "POST",
-            "/agent/v1/enrollments/claim",
-            content=body,
-            headers={"Content-Type": "text/plain"},
-        )
-    refused(reply, 415)
-    # The refused claim did not spend the token.
-    with board.client() as c:
-        again = board.call(c, "POST", "/agent/v1/enrollments/claim", json=json.loads(body))
-    assert again.status_code == 201, again
-    board.remember(again.json()["agentToken"])
-
-
 def test_json_with_a_charset_is_json(board: LiveBoard, host: Host) -> None:
     reply = push(
         board, host, observation(), headers={"Content-Type": "application/json; charset=utf-8"}
@@ -154,199 +107,199 @@ def test_json_with_a_charset_is_json(board: LiveBoard, host: Host) -> None:
     assert reply.status_code == 202, reply
 
 
-@pytest.mark.parametrize(
-    "query",
-    [
-        "date=9999-12-31&table=gpu_sample",
-        "date=0001-01-01&table=gpu_sample",
-        "date=0000-01-01&table=gpu_sample",
-        "date=99999-01-01&table=gpu_sample",
-        "date=2026-13-45&table=gpu_sample",
-        "date=%00&table=gpu_sample",
-        "date=2026-12-01&table=gpu_sample%00",
-        "date=2026-12-01&table=../../etc/passwd",
-        "date=../../../tmp&table=gpu_sample",
-        "date=_full&table=..%2F..%2Fx",
-        f"date={'9' * 5000}&table=gpu_sample",
-    ],
-)
-def test_archive_upload_bad_target(board: LiveBoard, host: Host, query: str) -> None:
-    day = yesterday().date().isoformat()
-    body = gz_csv(GPU_SAMPLE, [[f"{day}T01:00:00+00:00", "GPU-0", 5, "", "", 0, 1, 1, 1]])
-    before = stored(board, host)
-    with board.client(host.token) as c:
-        reply = board.call(
-            c,
-            "POST",
-            f"/agent/v1/archives?{query}",
-            content=body,
-            headers={"Content-Type": "application/gzip"},
-        )
-    refused(reply, 400, 404, 422)
-    assert stored(board, host) == before
+BOMB_PEAK_MIB = 200
 
 
-@pytest.mark.parametrize(
-    "days",
-    ["999999999999999999999", "3650000", "100000000", "-1", "1e9", "0x10", "%00", " 1", "１"],
-)
-def test_archive_prune_bad_days(board: LiveBoard, host: Host, days: str) -> None:
-    with board.client(host.token) as c:
-        reply = board.call(c, "DELETE", f"/agent/v1/archives?olderThanDays={days}")
-    # A huge but well-formed number may also be read as "everything older": not a 500.
-    if reply.status_code == 200:
-        assert days.isdigit(), reply
-        return
-    refused(reply, 400, 422)
+def _auth_forms(host: Host, pat: str, enrollment: str) -> dict[str, tuple[str, bool]]:
+    """Authorization values and whether each is the host's own token (accepted)."""
+    t = host.token
+    return {
+        "no scheme": (t, False),
+        "two tokens": (f"Bearer {t} {t}", False),
+        "two headers' worth joined": (f"Bearer {t}, Bearer {t}", False),
+        # RFC 9110: the scheme is case-insensitive; extra spaces before the token are fine.
+        "lowercase bearer": (f"bearer {t}", True),
+        "uppercase bearer": (f"BEARER {t}", True),
+        "two spaces": (f"Bearer  {t}", True),
+        "tab": (f"Bearer\t{t}", False),
+        "10 KB token": ("Bearer gua_agent_" + "a" * 10_000, False),
+        "10 KB after the real one": (f"Bearer {t}{'a' * 10_000}", False),
+        "a personal API token": (f"Bearer {pat}", False),
+        "an enrollment token": (f"Bearer {enrollment}", False),
+        "the token prefix only": (f"Bearer {host.prefix}", False),
+        "Basic": ("Basic Z3VhOmd1YQ==", False),
+        "scheme only": ("Bearer", False),
+        "Token scheme": (f"Token {t}", False),
+        "latin-1 bytes": ("Bearer gua_agent_\u00e9\u00ff", False),
+    }
 
 
-def _bomb_of_rows(filler_mib: int) -> bytes:
-    """Distinct rows past the uncompressed limit, then repeats: ~1,000:1 for the filler."""
-    start = yesterday()
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
-    parts = [compressor.compress((",".join(GPU_SAMPLE) + "\r\n").encode())]
-    rows = [
-        f"{(start + timedelta(seconds=i // 2)).isoformat()},GPU-{i % 2},5,,,{i % 2},1,1,1\r\n"
-        for i in range(120_000)
-    ]
-    parts.append(compressor.compress("".join(rows).encode()))
-    chunk = rows[-1].encode() * (1024 * 1024 // len(rows[-1]))
-    for _ in range(filler_mib):
-        parts.append(compressor.compress(chunk))
-    parts.append(compressor.flush())
-    return b"".join(parts)
-
-
-def _bomb_of_one_line(mib: int) -> bytes:
-    """One row whose run_id cell is the whole bomb: a line no parser may buffer whole."""
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
-    day = yesterday().date().isoformat()
-    parts = [
-        compressor.compress((",".join(GPU_SAMPLE) + "\r\n").encode()),
-        compressor.compress(f"{day}T01:00:00+00:00,GPU-0,5,".encode()),
-    ]
-    chunk = b"a" * (1024 * 1024)
-    for _ in range(mib):
-        parts.append(compressor.compress(chunk))
-    parts.append(compressor.compress(b",,0,1,1,1\r\n"))
-    parts.append(compressor.flush())
-    return b"".join(parts)
-
-
-@pytest.mark.parametrize("kind", ["rows", "one line"])
-def test_archive_bomb_is_413_with_a_small_worker(board: LiveBoard, host: Host, kind: str) -> None:
-    body = _bomb_of_rows(256) if kind == "rows" else _bomb_of_one_line(256)
-    assert len(body) < 4 * 1024 * 1024, len(body)
-    day = yesterday().date().isoformat()
-    before = stored(board, host)
-    with measure_peaks(board) as peaks:
-        reply = upload_archive(board, host, "gpu_sample", day, body)
-    detail = refused(reply, 413)
-    assert "decompress" in detail or "limit" in detail, detail
-    assert peaks.worst_mib < BOMB_PEAK_MIB, (
-        f"a worker grew by {peaks.worst_mib:.0f} MiB on a {len(body) // 1024} KiB bomb"
-    )
-    assert stored(board, host) == before
-    with board.client(host.token) as c:
-        assert board.call(c, "GET", "/agent/v1/archives").json() == {"archives": []}
-
-
-def test_archive_with_too_many_rows(board: LiveBoard, host: Host) -> None:
-    start = yesterday()
-    rows = [
-        [(start + timedelta(seconds=i)).isoformat(), "GPU-0", 5, "", "", 0, 1, 1, 1]
-        for i in range(ARCHIVE_MAX_ROWS + 5_000)
-    ]
-    body = gz_csv(GPU_SAMPLE, rows)
-    before = stored(board, host)
-    with measure_peaks(board) as peaks:
-        reply = upload_archive(board, host, "gpu_sample", start.date().isoformat(), body)
-    refused(reply, 413, 422)
-    assert peaks.worst_mib < BOMB_PEAK_MIB, peaks
-    assert stored(board, host) == before
-
-
-def _set_max_gpus(board: LiveBoard, tenant: Tenant, value: object) -> Reply:
-    with board.client(tenant.admin.token) as c:
-        return board.call(
-            c, "PATCH", f"/api/v1/workspaces/{tenant.slug}/settings", json={"maxGpusPerHost": value}
-        )
-
-
-@pytest.mark.parametrize("value", [0, -1, 4097, 10**30, "7", 7.5, None, True])
-def test_max_gpus_setting_bad_values(board: LiveBoard, scratch: Tenant, value: object) -> None:
-    refused(_set_max_gpus(board, scratch, value), 400, 422)
-
-
-def test_gpu_identities_per_host_are_capped(board: LiveBoard, scratch: Tenant, host: Host) -> None:
-    limit = 7
-    reply = _set_max_gpus(board, scratch, limit)
-    assert reply.status_code == 200, reply
-    assert reply.json()["maxGpusPerHost"] == limit, reply
-    first = tuple(f"GPU-first-{i}" for i in range(4))
-    assert push(board, host, observation(gpu_uuids=first)).status_code == 202
-    before = stored(board, host)
-    assert before[1] == 4, before
-    others = tuple(f"GPU-other-{i}" for i in range(4))
-    detail = refused(push(board, host, observation(gpu_uuids=others)), 422)
-    assert str(limit) in detail, f"the refusal does not name the limit: {detail}"
-    assert stored(board, host) == before
-    # One push with more cards than the limit, on a new host, is refused too.
-    fresh = enroll(board, scratch, unique("many-gpus"))
-    many = tuple(f"GPU-many-{i}" for i in range(limit + 1))
-    detail = refused(push(board, fresh, observation(gpu_uuids=many)), 422)
-    assert str(limit) in detail, detail
-    assert stored(board, fresh)[1] == 0
-    # The cards already known keep reporting.
-    assert push(board, host, observation(gpu_uuids=first)).status_code == 202
-
-
-def test_one_enrollment_token_one_host_across_workers(board: LiveBoard, scratch: Tenant) -> None:
-    """Many claims of one token at once, spread over both workers: exactly one wins."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tests.security.seed import issue_enrollment
-
-    token = issue_enrollment(board, scratch)
-
-    def claim_once(i: int) -> Reply:
+def test_authorization_header_forms(board: LiveBoard, scratch: Tenant, host: Host) -> None:
+    enrollment = issue_enrollment(board, scratch)
+    problems = []
+    body = json.dumps(observation()).encode()
+    for label, (value, accepted) in _auth_forms(host, scratch.admin.token, enrollment).items():
+        headers = {"Authorization": value.encode("latin-1")}
         with board.client() as c:
-            return board.call(
+            replies = [
+                board.call(
+                    c,
+                    "POST",
+                    "/agent/v1/observations",
+                    content=body,
+                    headers={**headers, "Content-Type": "application/json"},
+                ),
+                board.call(c, "GET", "/agent/v1/archives", headers=headers),
+                board.call(c, "DELETE", "/agent/v1/archives?olderThanDays=400", headers=headers),
+            ]
+        for reply in replies:
+            ok = reply.status_code in (200, 202) if accepted else reply.status_code == 401
+            if not ok:
+                problems.append(f"{label}: {reply}")
+            elif not accepted:
+                assert reply.headers.get("www-authenticate") == "Bearer", reply.headers
+                assert "agent token" in reply.detail(), reply
+    assert not problems, "\n".join(problems)
+    # The enrollment token was not spent by being shown as a bearer value.
+    assert claim(board, enrollment, unique("after-bearer")).host_id
+
+
+def _gzip_bomb(mib: int) -> bytes:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = b" " * (1024 * 1024)
+    parts = [compressor.compress(b'{"a": "')]
+    parts += [compressor.compress(chunk) for _ in range(mib)]
+    parts.append(compressor.compress(b'"}') + compressor.flush())
+    return b"".join(parts)
+
+
+ENCODED: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": lambda body: gzip.compress(body),
+    "deflate": lambda body: zlib.compress(body),
+    "br": lambda body: b"\x1b\x00\x00\x00" + body[:10],
+    "gzip, gzip": lambda body: gzip.compress(gzip.compress(body)),
+    "x-unknown": lambda body: body[::-1],
+}
+
+
+@pytest.mark.parametrize("encoding", list(ENCODED))
+def test_compressed_observations_are_not_json(board: LiveBoard, host: Host, encoding: str) -> None:
+    """The board reads no Content-Encoding: a compressed body is simply not JSON (400)."""
+    before = count(board, "SELECT count(*) FROM host_observations")
+    body = ENCODED[encoding](json.dumps(observation()).encode())
+    reply = push(board, host, body, headers={"Content-Encoding": encoding})
+    assert "JSON" in refused(reply, 400, 415), reply
+    assert count(board, "SELECT count(*) FROM host_observations") == before
+
+
+def test_a_gzip_bomb_as_content_encoding_costs_nothing(board: LiveBoard, host: Host) -> None:
+    bomb = _gzip_bomb(512)
+    assert len(bomb) < 1024 * 1024, len(bomb)
+    with measure_peaks(board) as peaks:
+        reply = push(board, host, bomb, headers={"Content-Encoding": "gzip"})
+        with board.client() as c:
+            claimed = board.call(
                 c,
                 "POST",
                 "/agent/v1/enrollments/claim",
-                json={"enrollmentToken": token, "hostname": f"race-{i}"},
+                content=_gzip_bomb(64)[: 60 * 1024],
+                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
             )
-
-    with ThreadPoolExecutor(16) as pool:
-        replies = list(pool.map(claim_once, range(32)))
-    winners = [r for r in replies if r.status_code == 201]
-    for r in winners:
-        board.remember(r.json()["agentToken"])
-    assert len(winners) == 1, [r.status_code for r in replies]
-    assert {r.status_code for r in replies} <= {201, 401}, [r.status_code for r in replies]
-
-
-def test_oversized_stream_frames_close_the_socket(board: LiveBoard, host: Host) -> None:
-    """A frame far beyond any util message: the socket is closed, the worker stays small."""
-    import asyncio
-
-    import websockets
-
-    async def send_big() -> str:
-        url = board.url.replace("http", "ws", 1) + "/agent/v1/stream"
-        async with websockets.connect(
-            url, additional_headers=host.auth, open_timeout=30, max_size=None
-        ) as ws:
-            try:
-                for _ in range(5):
-                    await ws.send("x" * (32 * 1024 * 1024))
-                await asyncio.wait_for(ws.wait_closed(), 30)
-            except (websockets.ConnectionClosed, TimeoutError):
-                pass
-            return f"{ws.close_code}"
-
-    with measure_peaks(board) as peaks:
-        closed = asyncio.run(send_big())
-    assert closed != "None", "a 32 MiB frame was taken in"
+    refused(reply, 400)
+    refused(claimed, 400)
     assert peaks.worst_mib < BOMB_PEAK_MIB, f"a worker grew by {peaks.worst_mib:.0f} MiB"
+
+
+def test_content_length_lies(board: LiveBoard, host: Host) -> None:
+    body = json.dumps(observation()).encode()
+    head = (
+        b"POST /agent/v1/observations HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + host.token.encode() + b"\r\n"
+        b"Content-Type: application/json\r\n"
+    )
+    cases = {
+        # Says more than it sends, then stops sending.
+        "longer": head + f"Content-Length: {len(body) + 500}\r\n\r\n".encode() + body,
+        # Says less: the JSON is cut (400), the rest is a broken second request (400).
+        "shorter": head + f"Content-Length: {len(body) // 2}\r\n\r\n".encode() + body,
+        "negative": head + b"Content-Length: -1\r\n\r\n" + body,
+        "not a number": head + b"Content-Length: 1e3\r\n\r\n" + body,
+        "two values": head + f"Content-Length: {len(body)}, 5\r\n\r\n".encode() + body,
+        "and chunked": head
+        + f"Content-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n0\r\n\r\n",
+        "bad chunk size": head + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n" + body,
+        "huge chunk size": head + b"Transfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n{}",
+    }
+    before = count(board, "SELECT count(*) FROM host_observations")
+    problems = []
+    for label, request in cases.items():
+        answer = raw_exchange(board, request)
+        statuses = statuses_in(answer)
+        if any(s.startswith(b"5") or s.startswith(b"2") for s in statuses):
+            problems.append(f"{label}: {answer[:300]!r}")
+    assert not problems, "\n".join(problems)
+    assert count(board, "SELECT count(*) FROM host_observations") == before
+
+
+def _never_ending(board: LiveBoard, head: bytes, trickle: bool) -> bytes:
+    """Headers and one chunk; then silence (or a byte a second), until the board answers
+    or closes. A generous deadline: the board's own body deadlines are 5 s idle, 12 s whole."""
+    import time
+
+    deadline = time.monotonic() + 120
+    with socket.create_connection(("127.0.0.1", board.port), timeout=2) as sock:
+        sock.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n10\r\n" + b"{" * 16 + b"\r\n")
+        answer = b""
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                if trickle:
+                    try:
+                        sock.sendall(b"1\r\n \r\n")
+                    except OSError:
+                        break
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+            if b"\r\n\r\n" in answer:
+                break
+        else:
+            raise AssertionError("the board waited for a never-ending body past 120 s")
+    return answer
+
+
+def test_chunked_bodies_that_never_end(board: LiveBoard, host: Host, admin: Person) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    agent = b"Authorization: Bearer " + host.token.encode() + b"\r\n"
+    heads = {
+        "observation": b"POST /agent/v1/observations HTTP/1.1\r\nHost: x\r\n"
+        + agent
+        + b"Content-Type: application/json\r\n",
+        "archive": b"POST /agent/v1/archives?date=2026-01-01&table=gpu_sample HTTP/1.1\r\n"
+        b"Host: x\r\n" + agent + b"Content-Type: application/gzip\r\n",
+        "claim": b"POST /agent/v1/enrollments/claim HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\n",
+        "sign-in form": b"POST /signin HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\n",
+    }
+    before = count(board, "SELECT count(*) FROM host_observations")
+    jobs = [(name, trickle) for name in heads for trickle in (False, True)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        answers = list(pool.map(lambda job: _never_ending(board, heads[job[0]], job[1]), jobs))
+    problems = []
+    for (name, trickle), answer in zip(jobs, answers, strict=True):
+        statuses = statuses_in(answer)
+        if not statuses or statuses[0] not in (b"400", b"408", b"413"):
+            problems.append(f"{name} (trickle={trickle}): {answer[:300]!r}")
+    assert not problems, "\n".join(problems)
+    assert count(board, "SELECT count(*) FROM host_observations") == before
+    # The board still serves.
+    assert push(board, host, observation()).status_code == 202

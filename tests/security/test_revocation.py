@@ -13,9 +13,16 @@ import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from tests.security.seed import Host, Tenant, enroll, observation, unique
+from tests.security.seed import (
+    Host,
+    Tenant,
+    enroll,
+    observation,
+    push,
+    unique,
+)
 from tests.support.live import LiveBoard
-from tests.support.replies import Reply
+from tests.support.replies import Reply, refused
 
 CLOSE_DEADLINE_S = 10.0
 POLL_DEADLINE_S = 5.0
@@ -174,3 +181,19 @@ def test_revoked_token_is_refused_everywhere(board: LiveBoard, scratch: Tenant) 
 
     outcomes = {asyncio.run(upgrade()) for _ in range(8)}
     assert outcomes <= {"401", "403"}, outcomes
+
+
+def test_a_revoked_host_token_opens_nothing(board: LiveBoard, scratch: Tenant, host: Host) -> None:
+    with board.client(scratch.admin.token) as c:
+        revoked = board.call(
+            c, "POST", f"/api/v1/workspaces/{scratch.slug}/hosts/{host.host_id}/revoke"
+        )
+    assert revoked.status_code == 200, revoked
+    with board.client(host.token) as c:
+        for method, path in (
+            ("GET", "/agent/v1/archives"),
+            ("DELETE", "/agent/v1/archives?olderThanDays=1"),
+            ("POST", "/agent/v1/archives?date=2026-01-01&table=gpu_sample"),
+        ):
+            refused(board.call(c, method, path, content=b"x"), 401)
+    refused(push(board, host, observation()), 401)

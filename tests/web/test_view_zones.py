@@ -20,7 +20,7 @@ from board.reports.params import day_now
 from tests.board.answers import refused
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.test_reports_builders import gpu, observation, proc
-from tests.web.helpers import sign_in
+from tests.web.helpers import encoded, sign_in
 
 HALF_HOUR_ZONE = "Asia/Kolkata"
 
@@ -117,3 +117,122 @@ async def test_the_statements_of_a_half_hour_zone(
     shows_only_its_own_people(r)
     csv = await client.get(f"{base}/statements.csv?unassigned=1")
     shows_only_its_own_people(csv)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "through=9999-12-31",
+        "from=9999-12-01&through=9999-12-31",
+        "to=0001-01-01",
+        "from=0001-01-01&to=0001-01-01",
+        "through=0001-01-01",
+        "to=9999-12-31&through=9999-12-31",
+    ],
+)
+async def test_usage_bounds_at_the_edges_of_the_calendar(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], query: str
+) -> None:
+    tenant, _ = fleet
+    # The CSV reads `to`, not the form's `through`.
+    for path in ("usage", "usage.csv") if "to=" in query else ("usage",):
+        r = await client.get(f"/w/{tenant.slug}/{path}?{query}")
+        assert r.status_code == 422, (path, query, r.status_code, r.text[:300])
+
+
+ODD_ZONES = (
+    "Asia/Kolkata",
+    "Asia/Kathmandu",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "Pacific/Kiritimati",
+    "America/St_Johns",
+    "America/Santiago",
+)
+
+
+@pytest.mark.parametrize("zone", ODD_ZONES)
+async def test_every_view_in_an_odd_zone(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], zone: str
+) -> None:
+    tenant, host_id = fleet
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings", json={"timezone": zone}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    base = f"/w/{tenant.slug}"
+    paths = [
+        "/",
+        "/fleet.json",
+        "/people",
+        "/people?sort=hours",
+        "/usage",
+        "/usage?groupBy=day",
+        "/usage?groupBy=user,day",
+        "/usage.csv",
+        "/usage.csv?groupBy=day",
+        f"/hosts/{host_id}.json",
+        *(f"/hosts/{host_id}?range={key}" for key in ("6h", "24h", "7d", "30d")),
+    ]
+    for path in paths:
+        r = await client.get(base + path)
+        # Local days of a half-hour zone are the UTC hours that start on them (reports.md).
+        assert r.status_code == 200, (zone, path, r.text[:500])
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Kathmandu"])
+async def test_the_people_week_starts_on_the_zones_monday(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], zone: str
+) -> None:
+    """Fourteen hours ahead of UTC and eleven behind, the week is the zone's own."""
+    from zoneinfo import ZoneInfo
+
+    from board.reports.params import day_now
+
+    tenant, _ = fleet
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings", json={"timezone": zone}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+
+    def monday() -> str:
+        today = day_now(ZoneInfo(zone))  # the local date the current UTC hour starts on
+        return (today - timedelta(days=today.weekday())).isoformat()
+
+    before = monday()
+    r = await client.get(f"/w/{tenant.slug}/people")
+    after = monday()
+    assert r.status_code == 200, r.text
+    assert f"GPU-hours since {before}" in r.text or f"GPU-hours since {after}" in r.text
+    assert "a_b" in r.text
+    assert "axb" in r.text
+
+
+SKIPPED_MIDNIGHTS = [
+    ("America/Santiago", "2026-09-06"),
+    ("America/Havana", "2026-03-08"),
+    ("Asia/Beirut", "2026-03-29"),
+    ("America/Santiago", "2026-04-05"),  # the hour before it comes twice
+]
+
+
+@pytest.mark.parametrize(("zone", "day"), SKIPPED_MIDNIGHTS)
+async def test_usage_around_a_day_whose_midnight_is_skipped(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], zone: str, day: str
+) -> None:
+    from datetime import date
+
+    tenant, _ = fleet
+    first = date.fromisoformat(day) - timedelta(days=3)
+    last = date.fromisoformat(day) + timedelta(days=3)
+    for start, through in ((first, last), (date.fromisoformat(day), last), (first, first)):
+        end = through + timedelta(days=1)
+        tz = encoded(zone)
+        for path in (
+            f"/w/{tenant.slug}/usage?from={start}&through={through}&tz={tz}&groupBy=day",
+            f"/w/{tenant.slug}/usage?from={start}&through={through}&tz={tz}",
+            f"/w/{tenant.slug}/usage.csv?from={start}&to={end}&tz={tz}&groupBy=day",
+            f"/api/v1/workspaces/{tenant.slug}/reports/usage?from={start}&to={end}&tz={tz}",
+        ):
+            r = await client.get(path, headers=tenant.auth())
+            assert r.status_code == 200, (path, r.status_code, r.text[:400])
