@@ -382,9 +382,8 @@ def logging_left_as_found() -> Iterator[None]:
             logging.getLogger(name).setLevel(was)
 
 
+# The agent token write_config puts in a config: its secret part must never reach a log.
 CONFIG_SECRET = "r13-s3cr3t-part-never-in-a-log-0123456789"
-
-
 CONFIG_TOKEN = f"gua_agent_hunt1300_{CONFIG_SECRET}"
 
 

@@ -1,9 +1,14 @@
 """The agent facing a hostile or broken board: real sockets on 127.0.0.1, no HTTP mocks.
 
 Each server here misbehaves on purpose (redirects elsewhere, endless or trickling
-bodies, silence, malformed claims); the agent must keep its token at home, bound its
-memory and time, and keep its loop alive. The last part feeds it hostile names from
-the system and checks the board's own schema takes the snapshot.
+bodies and headers, silence, malformed claims); the agent must keep its token at home
+(out of its log too, whatever its config holds), bound its memory and time, and keep
+its loop alive.
+
+Also attacked, and held (no test of their own): 100 MB, gzip-bomb and trickling bodies
+of a push; Retry-After of -1, 1e999, inf, nan, 1_0, past and year-9999 dates; a token with
+spaces, DEL or a leading space; /proc names with NUL, escapes or invalid UTF-8; vanished
+pids; a full disk while spooling (the snapshot is lost, the loop goes on).
 """
 
 from __future__ import annotations
@@ -31,8 +36,6 @@ from tests.agent.fakes import (
 )
 
 TOKEN = "gua_agent_hunt0001_s3cr3t-never-elsewhere"
-
-
 CLAIM_OK = {
     "hostId": "5b0e7c3e-1f0a-4c55-9d6b-2a8f3b1c9e40",
     "displayName": "gpu-node-07",

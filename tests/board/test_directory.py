@@ -1,4 +1,6 @@
-"""The directory: Linux users seen on the hosts, linked to members and teams by admins."""
+"""The directory: Linux users seen on the hosts, linked to members and teams by admins;
+names that are no Linux user (a trailing newline, `unknown`) refused; a member's removal
+unlinks their Linux users."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Enrollment tokens: single use (also under concurrency), expiry, revocation, no secrets shown."""
+"""Enrollment tokens: single use (also under concurrency), expiry, revocation, no secrets
+shown (in lists and in the audit log); odd expiries and names (0 hours, NUL) refused on the
+API and on the admin page, issuing nothing."""
 
 from __future__ import annotations
 

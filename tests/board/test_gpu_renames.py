@@ -72,6 +72,13 @@ async def test_a_late_point_with_the_old_name_changes_no_gpu(app: Any, client: A
 async def test_a_renamed_gpu_does_not_reprice_its_past_hours(
     app: Any, client: httpx.AsyncClient
 ) -> None:
+    """Was: the cost of an hour already past followed the GPU's *current* name (cost
+    joined each rollup row to `gpus.name`, which every push overwrote), so when an agent
+    reported a card under another name (a driver update that spells the model differently,
+    or a stolen agent token renaming its host's cards) every past hour of that GPU was
+    priced again at the new name's price: a closed statement, the FOCUS file and last
+    week's usage report changed after they were downloaded. Now each hour is priced by the
+    name its GPU had then (gpu_name_history)."""
     # money_builders' fleet: GPU-0 an "NVIDIA A100" held by alice 3 h (2.00, then 3.00
     # per GPU-hour), GPU-1 an "NVIDIA H100" held by bob 3 h at the "*" price 1.00.
     tenant = await quick_tenant(app, "rename")

@@ -2,6 +2,11 @@
 refused with a sentence or stored as the number it is), the cost they make (exact
 decimal sums), and a price's instant, fixed when it was set whatever the workspace's
 zone does later.
+
+Also attacked, and held: the usage report, team statements and the FOCUS file over a
+DST month in America/New_York with prices changing at local midnights, shared GPUs and
+day rollups refreshed or not: team totals agree to the cent (FOCUS rows differ only by
+the documented per-row rounding).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Kept report bodies (board.reports.bodies): sent only while right. A late observation
 for a closed, kept day shows at once (its day is dirty: rendered live), and after the
 refresh too (a new version); a renamed host shows its new name; the gzip stream that
-stitches kept segments and live text is one valid member."""
+stitches kept segments and live text is one valid member; bodies are not kept once per
+zone name a reader cares to name."""
 
 from __future__ import annotations
 

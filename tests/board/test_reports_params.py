@@ -1,4 +1,7 @@
-"""Report parameters: every bad value is a 422 whose detail says why; DST days are right."""
+"""Report parameters: every bad value is a 422 whose detail says why (bounds at the edges
+of time, odd ISO forms and digits, zones that are folders or files of the zone database,
+odd groupings and formats); a bound the params accept keeps every day step inside
+Python's dates; DST days are right."""
 
 from __future__ import annotations
 

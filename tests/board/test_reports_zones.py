@@ -1,5 +1,7 @@
 """Reports in zones that are not a whole number of hours from UTC (Asia/Kolkata +05:30,
-Asia/Kathmandu +05:45, ...): a local day is the UTC hours that start on it.
+Asia/Kathmandu +05:45, ...): a local day is the UTC hours that start on it. Also zones
+that change offset inside the window (a DST gap or fold, a skipped day), and zone names
+that are no plain zone (right/…, posix/…, localtime, odd names PostgreSQL may not know).
 
 Rollups are per UTC hour. Before, a date or a day grouping in such a zone was a 422 and the
 pages asked for the UTC hour before midnight instead. Now every report answers: the days

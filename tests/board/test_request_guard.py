@@ -1,5 +1,5 @@
-"""What no route should ever see: NUL in a URL, huge bodies before auth, Host redirects,
-secrets in log lines."""
+"""What no route should ever see: NUL in a URL, huge bodies before auth, hostile JSON
+bodies (deep, huge, not an object, NaN), Host redirects, secrets in log lines."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The reservations API: booking rules, roles, tenancy, the double-booking race, the feed."""
+"""The reservations API: booking rules, roles, tenancy, the double-booking race, the feed;
+ranges and times it cannot hold (reversed, past year 9999) refused with a sentence; a
+booking of a revoked host, or one longer than a lowered limit, may only shrink; the hosts
+API shows a booking in force as GET shows it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """The secret calendar feed URL: shown once, hashed, replaced, revoked, bound to a member
-and one workspace, and never written to a log."""
+and one workspace, and never written to a log.
+
+Also attacked, and held: lone CRs, bidi and 4-byte characters in notes and host names
+(escaped and folded on character boundaries), a database whose session zone is not UTC
+(the feed still writes UTC times).
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,28 @@
 """maxSampleGap is dated: each value holds from its `from` until the next one, and an
-interval is judged by the value in force at its opening observation.
+interval is judged by the value in force at its opening observation: by a late point
+that splits an interval after a change too, and for a host enrolled while a back-dated
+change runs. A `from` must be an instant from 1970 on.
 
 The scenario (alice holds GPU-0 of one host, booked for her 10:00–11:00 yesterday):
 observations at 10:00, 10:01, 10:02, 10:10, 10:11, 10:12, 10:30, 10:31. Under the
 default 120 s, the 8- and 18-minute intervals are gaps: 5 minutes covered. A value of
 1,200 s back-dated to 10:05 re-judges only what opens at or after 10:05, so 10:12→10:30
 is credited (23 minutes) while 10:02→10:10, opened before, stays a gap.
+
+Also attacked, and held (no test of their own): the same GPU UUIDs on two hosts of one
+workspace and of two, UUIDs appearing and vanishing between pushes, a GPU index reused by
+another UUID, duplicate pushes (same observedAt, other content) in one batch and across
+batches, points on hour and day boundaries and 1 µs either side, observedAt jumping back
+and forth by up to 1.5 h, ok/partial/error mixes, `unknown` and graphics processes,
+bookings in force on some GPUs, compaction of closed days between pushes: the rollups and
+reservation figures of both workspaces equal `gua-board rollups rebuild` to the
+microsecond. As `maxSampleGapFrom`: odd but valid offsets, nanoseconds, ISO week dates,
+`23:59:60`, strings of 100,000 characters, numbers, lists, objects and booleans (each a
+422 with one sentence), a `from` in the future, DST-ambiguous and non-existent local
+times on the admin form; a member, finance or another workspace's admin changing it
+(403/404, nothing changed); the 200-value history cap; twelve PATCHes with random
+back-dated values racing shuffled pushes and late points of three hosts, one booked:
+rollups and figures equal a rebuild.
 """
 
 from __future__ import annotations
@@ -301,6 +318,16 @@ async def _figures(
 async def test_a_late_point_after_a_gap_change_never_gives_negative_or_doubled_hours(
     app: Any, client: httpx.AsyncClient
 ) -> None:
+    """Was: an observation landing between two stored ones after `maxSampleGapSeconds`
+    had changed un-credited the old interval under the *new* limit, while it had been
+    credited under the old one. Raised (120 s -> 900 s) and a spooled point replayed into
+    a 10-minute stretch that had been a gap: the board took back 600 s it had never
+    credited, and alice's held GPU-hours came out negative (-0.116667 h). Lowered (900 s
+    -> 300 s) and a late point replayed into a 10-minute interval credited under 900 s:
+    nothing was taken back, the two halves were credited on top, and the GPU was covered
+    0.333333 h in a 10-minute stretch. Now each interval is judged by the value in force
+    at its opening observation, so the split halves of an interval opened before the
+    change are judged as the whole was."""
     hour = days_ago_midnight(1) + timedelta(hours=10)
     problems: list[str] = []
 
@@ -353,6 +380,11 @@ DEADLINE = 60.0
 async def test_a_max_sample_gap_from_at_the_calendars_ends_is_refused_with_a_sentence(
     app: Any, client: httpx.AsyncClient
 ) -> None:
+    """Was a 500: year 1 at +14:00 or year 9999 at -12:00 is no instant Python can hold
+    in UTC (OverflowError in the PATCH and in the admin form). And `0001-01-01T00:00:00Z`
+    was stored: the admin page then failed for good in any zone west of UTC, as it shows
+    each value's start in local time (year 0). Now a `from` must be a time from 1970 on
+    (nothing is observed before), refused with a sentence otherwise."""
     acme = await make_tenant(app, "acme")
     url = SETTINGS.format(slug="acme")
     before = (await client.get(url, headers=acme.auth())).json()

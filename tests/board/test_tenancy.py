@@ -1,4 +1,6 @@
-"""Every workspace route, called with another workspace's token and ids, answers 404."""
+"""Every workspace route, called with another workspace's token and ids (in any spelling,
+on the API and the admin page), answers 404; roles below admin cannot call admin routes;
+a token of one kind (feed, agent, enrollment, API) opens only its own door."""
 
 from __future__ import annotations
 

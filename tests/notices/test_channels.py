@@ -1,6 +1,8 @@
-"""Channels' limits hold under concurrent requests: at most MAX_CHANNELS per workspace,
-and test notices limited per channel and per workspace (a 429 with a sentence and
-Retry-After, from the API and from the admin page's form), each workspace on its own."""
+"""Channels: their limits hold under concurrent requests (at most MAX_CHANNELS per
+workspace, test notices limited per channel and per workspace: a 429 with a sentence and
+Retry-After, from the API and from the admin page's form, each workspace on its own); an
+email channel takes only addresses mail reads as themselves; a channel's secrets (a Slack
+URL's path, a webhook's query or `user:pass@`) are never shown back or logged."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Delivery: retries until a receiver that was down is back, 429/5xx retried (Retry-After
 honoured), other 4xx not, a delivered notice never sent again; URL rules; the channel API
-refuses bad input with a sentence and answers 404 across workspaces; Slack text."""
+refuses bad input with a sentence and answers 404 across workspaces; Slack text; a notice
+for a member removed meanwhile is not mailed; a channel sealed under an old secret key
+fails at once with a reason."""
 
 from __future__ import annotations
 

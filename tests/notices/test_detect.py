@@ -1,6 +1,7 @@
 """Episodes: opened once the condition has held for the threshold, told once, closed only
 after the condition stayed away (hysteresis); a restart and a second board process find
-the open episode instead of telling it again; a snoozed GPU is not told."""
+the open episode instead of telling it again; a snoozed GPU is not told; a workspace whose
+detection raises does not stop the others' (each is its own unit, logged and counted)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The daily digest: yesterday's figures are the reports' own for that day, unhealthy
-hosts and the longest idle-held GPUs now; queued once per workspace and day."""
+hosts and the longest idle-held GPUs now; queued once per workspace and day, for a
+workspace in a half-hour zone too; a digest that raises costs neither its episodes nor
+the other workspaces' digests."""
 
 from __future__ import annotations
 

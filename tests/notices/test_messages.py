@@ -191,6 +191,10 @@ EVIL_LINK = "https://evil.example/login"
 async def test_a_host_name_writes_no_lines_of_its_own_into_a_notice_mail(
     app: Any, client: httpx.AsyncClient, smtp: SmtpReceiver
 ) -> None:
+    """Was: a host name (the claim's hostname is the host's display name) with line breaks
+    wrote lines of its own into every notice mail's text about that host: a fake "On the
+    board: https://evil.example/…" link under the board's own headline, in a mail from the
+    board. The Subject was already kept on one line; the body was not."""
     acme = await make_tenant(app, "acme")
     hostile = f"node-a\nOn the board: {EVIL_LINK}\r\nSnooze this GPU's notices: {EVIL_LINK}\u2028"
     agent = (await enroll(client, acme, hostile))["agentToken"]

@@ -2,6 +2,8 @@
 on stdin that is no text, an expiry of 0 or less, a port or a worker count that is
 none. Each is one line on stderr and exit status 2, never a traceback, and nothing is
 issued or served.
+
+Also tried, and held: `gua-board issue-token --expires-in` nan, inf, 1e308 and -1.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""Hostile agents and hosts against the board's ingest: what one host token (or one
-enrollment token) can send to the claim, the observations and the stream.
+"""Observations of a hostile agent against the board's ingest: hostile strings and
+numbers in every field, sizes its sums cannot hold, statuses and errors the contract
+forbids, times in odd offsets, cards that share an index or report processes above their
+memory, heartbeats, a late point in a month-long run (it reads only around itself), and
+bodies of bad entries (a worker stays small).
 
 Every refusal is a 4xx with a string `detail` that stores nothing (checked in the
 database); every acceptance is one agent-api.md documents. The served board of

@@ -1,8 +1,9 @@
-"""Hostile or broken agent input: a 4xx with a string `detail`, nothing stored, never a 500.
-
-Also bounded work per upload: an archive that decompresses far beyond the limit is refused
-with 413 while the worker stays small, one with too many rows is refused, and a host cannot
-mint GPU identities beyond its workspace's `maxGpusPerHost`.
+"""An agent's requests on the served board before any field counts: who is calling (the
+Authorization header in every odd spelling), how the body comes (Content-Encoding and
+gzip bombs the board never promised to read, Content-Length lies on a raw socket,
+chunked bodies that never end, media types and charsets) and JSON that is no
+observation (NUL in a key, odd nesting). Each is a 4xx with a string `detail`, nothing
+stored, never a 500, and a worker stays small.
 """
 
 from __future__ import annotations

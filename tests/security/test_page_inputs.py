@@ -59,7 +59,7 @@ def page_posts(board: LiveBoard, tmp_path_factory: pytest.TempPathFactory) -> li
     with board.client() as c:
         schema = board.call(c, "GET", "/openapi.json").json()
     found = discover(
-        schema, tmp_path_factory.mktemp("hunt-forms"), board.env["GUA_BOARD_DATABASE_URL"]
+        schema, tmp_path_factory.mktemp("page-forms"), board.env["GUA_BOARD_DATABASE_URL"]
     )
     posts = [e for e in found if e.is_page and e.method == "POST"]
     assert len(posts) >= 10, posts
@@ -458,7 +458,7 @@ def page_gets(board: LiveBoard, tmp_path_factory: pytest.TempPathFactory) -> lis
     with board.client() as c:
         schema = board.call(c, "GET", "/openapi.json").json()
     found = discover(
-        schema, tmp_path_factory.mktemp("hunt-gets"), board.env["GUA_BOARD_DATABASE_URL"]
+        schema, tmp_path_factory.mktemp("page-gets"), board.env["GUA_BOARD_DATABASE_URL"]
     )
     gets = [e for e in found if e.is_page and e.method == "GET" and e.query]
     assert len(gets) >= 5, gets

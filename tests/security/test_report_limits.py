@@ -1,6 +1,8 @@
 """At most REPORT_SLOTS reports run at once per workspace: beyond that a 429 with
-Retry-After and a readable detail, before any work; a slot is freed when its report
-ends, fails, or its holder's connection goes; other workspaces are not affected."""
+Retry-After and a readable detail, before any work and before a database connection is
+opened; the usage page and its CSV take a slot too; a slot is freed when its report ends,
+fails, or its holder's connection goes (on the served board too: a client gone mid-body,
+or stalled until it goes); other workspaces are not affected."""
 
 from __future__ import annotations
 

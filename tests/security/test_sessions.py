@@ -1,4 +1,8 @@
-"""Sessions end when they should, in every worker: a replayed cookie opens nothing.
+"""Sessions end when they should, in every worker: a replayed cookie opens nothing, and
+an open live stream of a host page ends with its session (a stream of the person's other
+session goes on). A demotion closes the admin pages at once; removal from one workspace
+closes its pages, JSON, CSV and stream and leaves the other's; an admin's page form
+reaches no other workspace's sessions.
 
 Each case signs a fresh person in twice (two browsers), proves the cookie opens a page on
 both workers, ends the session(s) the way a person or an admin does, and replays the old
@@ -192,8 +196,6 @@ def test_sign_in_issues_a_new_session(board: LiveBoard, world: World, person: Pe
 
 
 OPEN_S = 60.0  # the stream's first event must arrive within
-
-
 END_S = 90.0  # an ended session's stream must close within (keepalives come every 15 s)
 
 

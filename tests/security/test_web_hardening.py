@@ -6,6 +6,8 @@
   with 403 and changes nothing.
 - `next` after sign-in never leaves the board, however it is spelled.
 - What a visitor types is never reflected as markup; redirects never name the Host header.
+- Every kind of page answer (HTML, the refresh JSON, CSV, the event stream, error pages)
+  carries the security headers and is never cached.
 """
 
 from __future__ import annotations

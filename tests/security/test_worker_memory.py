@@ -48,8 +48,6 @@ STREAM_PEAK_MIB = 64
 
 # One message just under uvicorn's default ws_max_size (16 MiB): about 16 KiB deflated.
 INFLATED = b"x" * (16 * 1024 * 1024 - 100)
-
-
 DEFLATE_OFFER = "permessage-deflate; client_no_context_takeover; client_max_window_bits=12"
 
 

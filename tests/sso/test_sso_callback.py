@@ -1,6 +1,10 @@
 """The single sign-on callback under a hostile provider answer or hostile parameters
 (state, code, error): a refusal page with the text as text, never a 500 and never a
 session.
+
+Also attacked, and held (no test of their own): one provider's state on another's
+callback, a state from another browser, a replayed state; `next` of //x, /\\x, /%09/x,
+tabs and control characters.
 """
 
 from __future__ import annotations

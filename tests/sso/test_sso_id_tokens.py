@@ -136,6 +136,8 @@ def browser_of(application: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, base_url="http://board.test")
 
 
+# This module's sso_app: the signing provider above (tests/sso/conftest.py's is the
+# real OpenID provider in node).
 @pytest.fixture
 async def sso_app(settings: Settings, signing_provider: SigningProvider) -> AsyncIterator[Any]:
     async with app_signing_in_with(settings, signing_provider.issuer) as application:

@@ -1,15 +1,21 @@
 """The fleet, people, host and usage views and the REST hosts API under hostile
 parameters, as a member or an API client: conditional requests, searches, sorts,
-filters and ranges, checked for right answers as well as for clean refusals.
+filters, groupings and ranges, checked for right answers as well as for clean refusals.
+(The views in odd zones and at the calendar's edges: test_view_zones.py.)
 
 Each holds, or was a defect found and fixed: fleet.json answered 304 with an old fragment
 when an offender's holder changed on a GPU the filter did not list (the ETag named the
-offenders by id only); the usage page was a 500 for through=9999-12-31 and
-to=0001-01-01 (OverflowError); the host page's reservation timeline and the fleet's
-?host= filter compared an upper-case or braced host id as spelled and showed nothing;
-grouped by user, a Linux user named "(nobody)" was filed with the free GPUs.
+offenders by id only); the host page's reservation timeline and the fleet's ?host= filter
+compared an upper-case or braced host id as spelled and showed nothing; grouped by user,
+a Linux user named "(nobody)" was filed with the free GPUs; a usage grouping with spaces
+around its keys was a 500.
 
 In process (the app and a real PostgreSQL), not the served board.
+
+Also attacked, and held: fleet.json's ETag after a push, a booking, a cancel, a role
+change and a removal (the fingerprint names every drawn value, the role and the slug),
+another workspace's or role's ETag, `If-None-Match: *`, weak and listed ETags; gzip and
+identity answers both carry `Vary: Accept-Encoding` and `no-store`.
 """
 
 from __future__ import annotations
