@@ -1,5 +1,6 @@
 """Databases of the tests: each one a clone of the migrated template (CREATE DATABASE …
-TEMPLATE), named by the caller, dropped when done. tests/conftest.py builds the template."""
+TEMPLATE), or empty for the tests of migrations and restores, named by the caller and
+dropped when done. tests/conftest.py builds the template."""
 
 from __future__ import annotations
 
@@ -49,6 +50,16 @@ def drop_database(admin_url: str, name: str) -> None:
 def cloned_database(admin_url: str, template: str, name: str) -> Iterator[str]:
     """A clone of the template for the with-block; its URL."""
     url = create_database(admin_url, name, template)
+    try:
+        yield url
+    finally:
+        drop_database(admin_url, name)
+
+
+@contextlib.contextmanager
+def empty_database(admin_url: str, name: str) -> Iterator[str]:
+    """A database with no schema at all for the with-block; its URL."""
+    url = create_database(admin_url, name)
     try:
         yield url
     finally:
