@@ -3,6 +3,8 @@
 The schema is built once per xdist worker from the migrations into a template database;
 each test gets its own database cloned from it (CREATE DATABASE … TEMPLATE), so tests are
 isolated even when the code under test commits, spawns servers or uses several processes.
+The app in process (`app`, `client`), or served as a real process (`live_board`,
+tests/support/live.py), runs on that database.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
+from tests.support.databases import cloned_database, create_database, drop_database
+from tests.support.live import LiveBoard, start_board, stop_board
 
 _counter = itertools.count()
 
@@ -41,24 +46,6 @@ def pg_admin_url() -> Iterator[str]:
     yield server.get_uri()
 
 
-def _url_for(admin_url: str, dbname: str) -> str:
-    conninfo = psycopg.conninfo.conninfo_to_dict(admin_url)
-    conninfo["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in conninfo.items() if v is not None})
-
-
-def _as_url(conninfo: str) -> str:
-    """libpq key=value to a postgresql:// URL, which the settings accept."""
-    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
-    host = str(parts.get("host", "127.0.0.1"))
-    port = parts.get("port", 5432)
-    user = parts.get("user", "postgres")
-    dbname = parts["dbname"]
-    if host.startswith("/"):
-        return f"postgresql://{user}@/{dbname}?host={host}&port={port}"
-    return f"postgresql://{user}@{host}:{port}/{dbname}"
-
-
 @pytest.fixture(scope="session")
 def worker_tag(request: pytest.FixtureRequest) -> str:
     worker = getattr(request.config, "workerinput", {}).get("workerid", "main")
@@ -73,10 +60,7 @@ def template_db(pg_admin_url: str, worker_tag: str) -> Iterator[str]:
     from board.observations.maintenance import run_maintenance
 
     name = f"gua_tpl_{worker_tag}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = _as_url(_url_for(pg_admin_url, name))
+    url = create_database(pg_admin_url, name)
     upgrade(url)
 
     async def partitions() -> None:
@@ -85,18 +69,14 @@ def template_db(pg_admin_url: str, worker_tag: str) -> Iterator[str]:
 
     asyncio.run(partitions())
     yield name
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(pg_admin_url, name)
 
 
 @pytest.fixture
 def database_url(pg_admin_url: str, template_db: str, worker_tag: str) -> Iterator[str]:
     name = f"gua_t_{worker_tag}_{next(_counter)}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield _as_url(_url_for(pg_admin_url, name))
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with cloned_database(pg_admin_url, template_db, name) as url:
+        yield url
 
 
 @pytest.fixture
@@ -124,6 +104,14 @@ async def client(app: object) -> AsyncIterator[object]:
     transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
         yield c
+
+
+@pytest.fixture
+def live_board(database_url: str, tmp_path: Path) -> Iterator[LiveBoard]:
+    """`gua-board serve` as a subprocess on a free loopback port, on this test's database."""
+    board = start_board(database_url, tmp_path / "board-data")
+    yield board
+    stop_board(board)
 
 
 @pytest.fixture(scope="session", autouse=True)

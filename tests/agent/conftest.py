@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from tests.agent.fakes import (
     DATA,
     FakeBoard,
     FakeProcRoot,
+    ScriptedBoard,
     check_contract,
     logging_left_as_found,
 )
@@ -54,3 +56,23 @@ def example() -> Callable[[str], Any]:
         return json.loads((DATA / name).read_text())
 
     return load
+
+
+@pytest.fixture
+def fake_board() -> Iterator[Callable[[Callable[[socket.socket], None]], ScriptedBoard]]:
+    boards: list[ScriptedBoard] = []
+
+    def start(handler: Callable[[socket.socket], None]) -> ScriptedBoard:
+        boards.append(ScriptedBoard(handler))
+        return boards[-1]
+
+    yield start
+    for b in boards:
+        b.close()
+
+
+@pytest.fixture
+def agent_logging() -> Iterator[None]:
+    """The agent's CLI installs a root handler; it must not outlive the test."""
+    with logging_left_as_found():
+        yield

@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import socket
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler
@@ -378,3 +380,67 @@ def logging_left_as_found() -> Iterator[None]:
         root.setLevel(level)
         for name, was in quieted.items():
             logging.getLogger(name).setLevel(was)
+
+
+# The agent token write_config puts in a config: its secret part must never reach a log.
+CONFIG_SECRET = "r13-s3cr3t-part-never-in-a-log-0123456789"
+CONFIG_TOKEN = f"gua_agent_hunt1300_{CONFIG_SECRET}"
+
+
+class ScriptedBoard:
+    """A TCP server on 127.0.0.1; `handler(conn)` runs per connection after the request."""
+
+    def __init__(self, handler: Callable[[socket.socket], None]) -> None:
+        self.handler = handler
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                self.handler(conn)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def accepted(conn: socket.socket) -> None:
+    conn.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+
+
+def write_config(path: Path, **changed: str) -> Path:
+    data = {
+        "serverUrl": "http://127.0.0.1:9",
+        "hostId": "5b0e7c3e-1f0a-4c55-9d6b-2a8f3b1c9e40",
+        "displayName": "node-13",
+        "agentToken": CONFIG_TOKEN,
+        "tokenPrefix": "gua_agent_hunt1300",
+    }
+    path.write_text(json.dumps({**data, **changed}))
+    os.chmod(path, 0o600)
+    return path

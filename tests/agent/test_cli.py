@@ -16,8 +16,9 @@ import pytest
 
 from agent import AGENT_VERSION, fsutil
 from agent.cli import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_REVOKED, EXIT_SPOOLED, main
+from agent.cli import main as agent_main
 from agent.config import AgentConfig, default_config_path, default_spool_dir
-from tests.agent.fakes import REPO_ROOT, FakeBoard, Reply
+from tests.agent.fakes import REPO_ROOT, FakeBoard, Reply, write_config
 
 ENROLL_TOKEN = "gua_enroll_one_time_secret_7f3a"
 AGENT_TOKEN = "gua_agent_very_secret_token_9c1e2b"
@@ -456,3 +457,19 @@ def test_agent_source_imports_only_stdlib_httpx_pynvml_websockets() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+
+
+@pytest.mark.parametrize("age", ["1000000000d", "9" * 400])
+def test_an_overflowing_spool_max_age_is_a_usage_error(
+    tmp_path: Path, age: str, agent_logging: None
+) -> None:
+    """Was: `gua-agent push-once --spool-max-age 1000000000d` ended in OverflowError
+    ("days=1000000000; must have magnitude <= 999999999") and 400 nines (parsed to inf) in
+    OverflowError ("cannot convert float infinity to integer"), both from
+    timedelta(seconds=…) in cmd_push after the config was read: a traceback and exit 1.
+    A bad command-line value is exit 2 with a sentence (docs/agent.md, Exit codes)."""
+    config = write_config(tmp_path / "config.json")
+    argv = ["push-once", "--fake", "--config", str(config), "--spool-max-age", age]
+    with pytest.raises(SystemExit) as exited:
+        agent_main([*argv, "--spool-dir", str(tmp_path / "spool"), "--retry-budget", "1s"])
+    assert exited.value.code == 2

@@ -29,16 +29,11 @@ from agent.sender import Backoff
 from agent.stream import UtilStreamer, stream_url, util_message
 from tests.board.builders import enroll, make_tenant
 from tests.board.test_stream import sse
+from tests.support.ports import free_port
 from tests.web.helpers import sign_in
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_UUIDS = ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
@@ -84,7 +79,7 @@ async def test_the_host_pages_live_stream_sees_the_agents_samples(
 ) -> None:
     acme = await make_tenant(app, "acme")
     host = await enroll(client, acme, "fake-01")
-    async with serve_on(app, _free_port()) as base:
+    async with serve_on(app, free_port()) as base:
         assert await app.state.runtime.stream.wait_listening(10)
         config = tmp_path / "config.json"
         save_config(
@@ -127,7 +122,7 @@ async def test_the_agent_survives_the_board_going_away_and_comes_back(
 ) -> None:
     acme = await make_tenant(app, "acme")
     host = await enroll(client, acme, "fake-02")
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     streamer = UtilStreamer(
         base,

@@ -9,6 +9,10 @@ import pytest
 
 from agent.model import Collection, GpuReading, ProcessReading
 from agent.payload import HostIdentity, build_observation, encode_observation
+from board.ingest.schemas import SnapshotIn
+from tests.agent.fakes import (
+    check_contract,
+)
 
 
 def released_fake_collection() -> Collection:
@@ -116,3 +120,30 @@ def test_out_of_range_readings_clamped(contract) -> None:
     )
     assert (gpu["temperatureC"], gpu["powerW"]) == (0, 0)
     assert "usageState" not in gpu
+
+
+HOSTILE = [
+    "nul\x00inside",
+    "new\nline",
+    "x" * 10_000,
+    "bad\udcffutf8",
+    "\udcc3\udca9",
+    "\ud800lone",
+    "\t\r\n",
+    "",
+    "=cmd|' /C calc'!A0",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_names_still_make_a_snapshot_the_board_takes(text: str) -> None:
+    proc = ProcessReading(5, text, text, "compute", 10)
+    gpu = GpuReading(0, "GPU-" + text, text, 81920, 100, 50, 40, 300, (proc,))
+    collection = Collection(driver_version=text, gpus=(gpu,))
+    host = HostIdentity(text, "1.0.0", text, text)
+    payload = build_observation(collection, host, datetime.now(UTC))
+    check_contract(payload)
+    body = encode_observation(payload)
+    body.decode("utf-8")  # strict: no lone surrogate survives
+    snapshot = SnapshotIn.model_validate_json(body)
+    assert snapshot.gpus[0].processes[0].pid == 5

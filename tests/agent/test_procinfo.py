@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import os
 import pwd
+from datetime import UTC, datetime
 
+from agent.model import Collection, GpuReading, ProcessReading
+from agent.payload import HostIdentity, build_observation, encode_observation
 from agent.procinfo import ProcInfo, passwd_name
-from tests.agent.fakes import FakeProcRoot
+from board.ingest.schemas import SnapshotIn
+from tests.agent.fakes import (
+    FakeProcRoot,
+)
 
 USERS = {1000: "alice", 1001: "bob"}
 
@@ -75,3 +81,18 @@ def test_real_proc_for_this_process() -> None:
     info = ProcInfo()
     assert info.name(os.getpid()) != "unknown"
     assert info.user(os.getpid()) != "unknown"
+
+
+def test_a_comm_of_invalid_utf8_and_control_bytes_is_cleaned(proc_root: FakeProcRoot) -> None:
+    base = proc_root.add(42)
+    (base / "comm").write_bytes(b"py\xff\x00th\x1bon\n")
+    name = ProcInfo(proc_root.root, uid_to_name=lambda _uid: "al\udcffice").name(42)
+    assert "\x00" not in name
+    assert "\x1b" not in name
+    user = ProcInfo(proc_root.root, uid_to_name=lambda _uid: "al\udcffice").user(42)
+    proc = ProcessReading(42, user, name, "compute", None)
+    gpu = GpuReading(0, "GPU-1", "A100", 10, 1, 1, None, None, (proc,))
+    body = encode_observation(
+        build_observation(Collection("550", (gpu,)), HostIdentity("h", "1"), datetime.now(UTC))
+    )
+    SnapshotIn.model_validate_json(body)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agent.client import BoardClient
 from agent.fake import FakeCollector
@@ -16,8 +19,13 @@ from agent.model import Collection
 from agent.payload import HostIdentity
 from agent.runner import Runner
 from agent.sender import Sender
-from agent.spool import Spool
-from tests.agent.fakes import FakeBoard
+from agent.spool import Spool, entry_name
+from tests.agent.fakes import (
+    CONFIG_TOKEN,
+    FakeBoard,
+    ScriptedBoard,
+    accepted,
+)
 
 EPOCH = datetime(2026, 12, 2, 17, 0, 0, tzinfo=UTC)
 
@@ -153,3 +161,51 @@ def test_fastest_interval_sends_every_tick(board: FakeBoard, tmp_path: Path) -> 
     assert 1.0 <= time.monotonic() - started < 10
     assert len(board.observed_at(status=202)) == 6
     assert len(sender.spool) == 0
+
+
+def _directory_named_like_an_entry(spool: Path) -> None:
+    spool.mkdir()
+    (spool / entry_name(datetime.now(UTC))).mkdir()
+
+
+def _symlink_loop_named_like_an_entry(spool: Path) -> None:
+    spool.mkdir()
+    entry = spool / entry_name(datetime.now(UTC))
+    entry.symlink_to(entry)
+
+
+def _spool_path_is_a_file(spool: Path) -> None:
+    spool.write_text("not a directory")
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [_directory_named_like_an_entry, _symlink_loop_named_like_an_entry, _spool_path_is_a_file],
+    ids=["entry-is-a-directory", "entry-symlink-loop", "spool-is-a-file"],
+)
+def test_a_corrupt_spool_does_not_end_the_tick_loop(
+    tmp_path: Path,
+    fake_board: Callable[[Callable[[socket.socket], None]], ScriptedBoard],
+    corrupt: Callable[[Path], None],
+) -> None:
+    """Was: after the fresh snapshot was accepted, the replay of the spool raised out of
+    Runner.run: IsADirectoryError ("[Errno 21] Is a directory: …/20261204T143734.751784Z
+    .json") from Spool.read for a directory named like an entry, OSError ("[Errno 40] Too
+    many levels of symbolic links") from Spool.entries' stat for a symlink loop, and
+    NotADirectoryError from Spool._remove_stale_temps' listdir when the spool path is a
+    file. Spool.read catches FileNotFoundError only and Sender.drain nothing, so one
+    bad entry ends `gua-agent run` with a traceback on every start (systemd restarts it,
+    it dies again on its first tick): the host goes dark. A spool entry that cannot be
+    read must be skipped (or set aside) and the loop must keep ticking."""
+    spool_dir = tmp_path / "spool"
+    corrupt(spool_dir)
+    b = fake_board(accepted)
+    with BoardClient(b.url, agent_token=CONFIG_TOKEN) as client:
+        runner = Runner(
+            FakeCollector("node-13"),
+            Sender(client, Spool(spool_dir)),
+            HostIdentity("node-13", "1.0.0"),
+            interval=0.3,
+        )
+        runner.run(max_ticks=3)
+    assert (runner.ticks, runner.last_outcome) == (3, "sent")

@@ -97,3 +97,17 @@ async def push(client: httpx.AsyncClient, agent_token: str, body: Any) -> httpx.
 
 def minutes_ago(n: float) -> datetime:
     return datetime.now(UTC) - timedelta(minutes=n)
+
+
+# For a body sent as raw bytes (hostile JSON) with the JSON media type.
+JSON = {"Content-Type": "application/json"}
+
+
+def spellings(uuid_text: str) -> list[str]:
+    """An id in the other spellings uuid.UUID reads: upper case, braces, urn:, no hyphens."""
+    return [
+        uuid_text.upper(),
+        "{" + uuid_text + "}",
+        "urn:uuid:" + uuid_text,
+        uuid_text.replace("-", ""),
+    ]

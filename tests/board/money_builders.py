@@ -23,7 +23,12 @@ import psycopg
 
 from board.db.urls import libpq_url
 from tests.board.builders import Tenant, enroll, push
-from tests.board.test_reports_builders import days_ago_midnight, gpu, observation, proc
+from tests.board.test_reports_builders import (
+    days_ago_midnight,
+    gpu,
+    observation,
+    proc,
+)
 
 A100 = "NVIDIA A100"
 H100 = "NVIDIA H100"
@@ -100,3 +105,31 @@ async def age_prices(database_url: str, slug: str, days: int) -> None:
             "WHERE workspace_id = (SELECT id FROM workspaces WHERE slug = %s)",
             [days, slug],
         )
+
+
+def base(tenant: Tenant) -> str:
+    return f"/api/v1/workspaces/{tenant.slug}"
+
+
+async def held_hours(
+    client: httpx.AsyncClient, tenant: Tenant, start: datetime, users: dict[str, str]
+) -> None:
+    """Two credited hours from `start`: each GPU model in `users` (model → Linux user)
+    held busy by its user on a GPU of its own."""
+    host = await enroll(client, tenant, f"node-{tenant.slug}")
+    r = await client.patch(
+        f"{base(tenant)}/settings",
+        json={"maxSampleGapSeconds": 86400, "maxSampleGapFrom": "2000-01-01T00:00:00Z"},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    for step in range(3):
+        gpus = []
+        for index, (model, user) in enumerate(users.items()):
+            one = gpu(index, util=70, state="active", procs=[proc(user)])
+            one["name"] = model
+            one["uuid"] = f"GPU-{index}-{tenant.slug}"
+            gpus.append(one)
+        body = observation(start + timedelta(hours=step), gpus)
+        r = await push(client, host["agentToken"], body)
+        assert r.status_code == 202, r.text

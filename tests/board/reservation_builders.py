@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -13,7 +13,7 @@ from board.auth.models import User
 from board.reservations import service
 from board.reservations.schemas import ReservationIn, ReservationOut
 from board.runtime import Runtime
-from tests.board.builders import Tenant, push
+from tests.board.builders import Tenant, enroll, push
 from tests.board.test_reports_builders import gpu, observation, proc
 
 MINUTE = timedelta(minutes=1)
@@ -80,3 +80,56 @@ async def reservation_report(
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
+
+
+async def busy_host(app: Any, client: httpx.AsyncClient, tenant: Tenant, name: str) -> str:
+    """A host with one credited minute of `alice` on GPU-0; its public id."""
+    host = await enroll(client, tenant, name)
+    at = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
+    for i in range(2):
+        body = observation(
+            at + timedelta(minutes=i), [gpu(0, util=50, state="active", procs=[proc("alice")])]
+        )
+        r = await push(client, host["agentToken"], body)
+        assert r.status_code == 202, r.text
+    return str(host["hostId"])
+
+
+def soon(hours: int = 3) -> datetime:
+    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours)
+
+
+async def book(client: httpx.AsyncClient, tenant: Tenant, host_id: str, **extra: Any) -> str:
+    start = soon(extra.pop("in_hours", 3))
+    body = {
+        "hostId": host_id,
+        "start": start.isoformat(),
+        "end": (start + timedelta(hours=1)).isoformat(),
+        **extra,
+    }
+    r = await client.post(
+        f"/api/v1/workspaces/{tenant.slug}/reservations", json=body, headers=tenant.auth()
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["reservationId"])
+
+
+def reservations(slug: str, rest: str = "") -> str:
+    return f"/api/v1/workspaces/{slug}/reservations{rest}"
+
+
+async def members_booking(
+    client: httpx.AsyncClient, tenant: Tenant, host_id: str, start: datetime, length: timedelta
+) -> str:
+    """A member books the host from `start` for `length`; the booking's URL."""
+    r = await client.post(
+        reservations(tenant.slug),
+        json={
+            "hostId": host_id,
+            "start": start.isoformat(),
+            "end": (start + length).isoformat(),
+        },
+        headers=tenant.auth("member"),
+    )
+    assert r.status_code == 201, r.text
+    return reservations(tenant.slug, f"/{r.json()['reservationId']}")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from board.app import create_app
@@ -24,6 +23,7 @@ from board.auth.passwords import PasswordGate, PasswordsBusy
 from board.settings import Settings
 from board.workspaces.schemas import IssuedApiToken
 from tests.board.builders import make_tenant
+from tests.support.databases import empty_database
 from tests.web.helpers import PASSWORD, csrf_of, sign_in
 
 
@@ -386,12 +386,7 @@ async def test_password_gate_bounds_concurrent_work() -> None:
 
 
 def test_cli_before_migrate_says_what_to_run(pg_admin_url: str, worker_tag: str) -> None:
-    name = f"gua_empty_{worker_tag}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        url = pg_admin_url.rsplit("/", 1)[0] + f"/{name}"
+    with empty_database(pg_admin_url, f"gua_empty_{worker_tag}") as url:
         done = subprocess.run(
             [str(Path(sys.executable).parent / "gua-board"), "create-workspace", "acme"],
             env={"GUA_BOARD_DATABASE_URL": url, "PATH": "/usr/bin:/bin"},
@@ -403,9 +398,6 @@ def test_cli_before_migrate_says_what_to_run(pg_admin_url: str, worker_tag: str)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1, done.stderr
         assert "gua-board migrate" in lines[0]
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 async def test_an_admin_cannot_sign_out_someone_elses_member(app: Any, client: Any) -> None:

@@ -14,7 +14,7 @@ from board.auth import tokens
 from board.runtime import Runtime
 from tests.board.builders import enroll, example, make_tenant, retimed
 from tests.board.db import execute
-from tests.board.test_revocation import refuses_token, serve
+from tests.board.test_host_revocation import refuses_token, serve
 from tests.board.test_stream import agent_socket
 
 

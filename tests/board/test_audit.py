@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx
 import psycopg
 from sqlalchemy import func, select, update
 
 from board.audit.models import AuditEvent
 from board.audit.service import clean_detail, delete_expired
 from board.settings import Settings
+from tests.board.answers import refused
 from tests.board.builders import enroll, make_tenant, push
+from tests.board.db import scalar
 from tests.board.money_builders import prices_body
-from tests.board.test_reports_builders import gpu, observation
-from tests.web.helpers import sign_in
+from tests.board.test_reports_builders import gpu, observation, quick_tenant
+from tests.web.helpers import admin_browser, sign_in
 
 LOG = "/api/v1/workspaces/{}/audit-log"
 
@@ -293,3 +298,75 @@ async def test_entries_written_by_domain_services_say_from_where(app, client) ->
             select(func.count()).select_from(AuditEvent).where(AuditEvent.client_address.is_(None))
         )
     assert nameless == 0
+
+
+async def test_page_sizes_and_cursors_of_the_audit_log(app: Any, client: httpx.AsyncClient) -> None:
+    tenant = await quick_tenant(app, "page")
+    url = f"/api/v1/workspaces/{tenant.slug}/audit-log"
+    for query in (
+        "limit=0",
+        "limit=-1",
+        "limit=1000000000000",
+        "limit=1e309",
+        "limit=%D9%A1",  # an Arabic-Indic one
+        "limit=",
+        "cursor=-1",
+        "cursor=%D9%A1",
+        "cursor=99999999999999999999",
+        "cursor=" + "1" * 40,
+        "from=2026-01-01",  # no offset
+        "from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z",
+        "from=1e309",
+    ):
+        refused(await client.get(f"{url}?{query}", headers=tenant.auth()), 422)
+    for query in ("from=0001-01-01T00:00:00%2B05:00", "to=9999-12-31T23:00:00-05:00", "limit=500"):
+        r = await client.get(f"{url}?{query}", headers=tenant.auth())
+        assert r.status_code == 200, (query, r.text[:300])
+
+
+async def test_audit_cursors_and_filters_stay_in_their_workspace(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    a = await make_tenant(app, "aua")
+    b = await make_tenant(app, "aub")
+    await client.post(
+        f"/api/v1/workspaces/{b.slug}/enrollment-tokens",
+        json={"displayName": "b-secret-name"},
+        headers=b.auth(),
+    )
+    newest_b = await scalar(app, "SELECT max(id) FROM audit_events")
+    base = f"/api/v1/workspaces/{a.slug}/audit-log"
+    for query in (
+        f"cursor={int(newest_b) + 1}",
+        "cursor=9223372036854775807",
+        "limit=500&from=0001-01-01T00:00Z&to=9999-12-31T23:59Z",
+    ):
+        r = await client.get(f"{base}?{query}", headers=a.auth())
+        assert r.status_code == 200, (query, r.text)
+        assert "b-secret-name" not in r.text, query
+        assert b.slug not in r.text, query
+    for query in (
+        "cursor=9223372036854775808",
+        "cursor=99999999999999999999",
+        "cursor=-1",
+        "cursor=%EF%BC%91",
+        "cursor=" + "1" * 40,
+        "limit=0",
+        "limit=501",
+        "from=2026-01-01T00:00",
+        "from=2026-01-02T00:00Z&to=2026-01-01T00:00Z",
+        "from=x",
+    ):
+        r = await client.get(f"{base}?{query}", headers=a.auth())
+        refused(r, 422)
+    for role in ("member", "finance"):
+        refused(await client.get(base, headers=a.auth(role)), 403)
+    refused(await client.get(f"/api/v1/workspaces/{b.slug}/audit-log", headers=a.auth()), 404)
+    browser_a, _ = await admin_browser(app, a)
+    async with aclosing(browser_a):
+        for cursor in ("9223372036854775808", "x", "-1", "1" * 40):
+            r = await browser_a.get(f"/w/{a.slug}/admin/audit?cursor={cursor}")
+            assert r.status_code == 422, (cursor, r.status_code)
+        r = await browser_a.get(f"/w/{a.slug}/admin/audit?cursor={int(newest_b) + 1}")
+        assert r.status_code == 200
+        assert "b-secret-name" not in r.text

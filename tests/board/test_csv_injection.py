@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import timedelta
+import re
+from datetime import UTC, datetime, timedelta
 from itertools import permutations
 from typing import Any
 
@@ -20,7 +21,15 @@ import pytest
 from board.reportkit.csv import csv_cells, spreadsheet_text
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.db import execute
-from tests.board.test_reports_builders import days_ago_midnight, gpu, observation, proc
+from tests.board.money_builders import base, held_hours
+from tests.board.reservation_builders import book
+from tests.board.test_reports_builders import (
+    days_ago_midnight,
+    gpu,
+    observation,
+    proc,
+    quick_tenant,
+)
 from tests.web.helpers import sign_in
 
 # One of each kind a spreadsheet runs (OWASP's list, plus LF and the full-width forms).
@@ -177,3 +186,148 @@ async def test_usage_page_download_neutralizes_too(app: Any, client: httpx.Async
         as_json = (await _get(client, api, tenant.auth("finance"), **query)).json()["rows"]
         assert as_json
         _assert_neutralized(_csv_rows(sent.text), as_json)
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cells(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text)))
+
+
+def formula_cells(text: str) -> list[str]:
+    return [c for row in cells(text) for c in row if c.startswith(FORMULA_STARTS)]
+
+
+async def test_names_admins_choose_never_start_a_formula(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Team names, price labels, member emails and preset host names reach finance's
+    CSV and FOCUS files; each such cell starts with a quote, and JSON keeps them as is."""
+    tenant = await quick_tenant(app, "sheet")
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    issued = await client.post(
+        f"{base}/enrollment-tokens", json={"displayName": "@SUM(A1);x,y"}, headers=tenant.auth()
+    )
+    assert issued.status_code == 201, issued.text
+    claimed = await client.post(
+        "/agent/v1/enrollments/claim",
+        json={"enrollmentToken": issued.json()["enrollmentToken"], "hostname": "plain"},
+    )
+    assert claimed.status_code == 201, claimed.text
+    host = claimed.json()
+    at = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=2)
+    card = gpu(0, util=50, state="active", procs=[proc("alice")])
+    card["name"] = "-GPU+1"
+    for i in range(2):
+        r = await push(client, host["agentToken"], observation(at + timedelta(minutes=i), [card]))
+        assert r.status_code == 202, r.text
+    team = '=HYPERLINK("http://x","team")'
+    r = await client.put(
+        f"{base}/directory/alice", json={"memberEmail": None, "team": team}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    r = await client.put(
+        f"{base}/prices",
+        json={
+            "currency": "EUR",
+            "prices": [{"gpuModel": "-GPU+1", "perGpuHour": 2, "from": "2026-01-01"}],
+        },
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    evil_email = "=cmd@sheet.example"
+    r = await client.post(
+        f"{base}/members", json={"email": evil_email, "role": "member"}, headers=tenant.auth()
+    )
+    assert r.status_code == 201, r.text
+    await book(client, tenant, host["hostId"], memberEmail=evil_email, note="+note")
+    today = datetime.now(UTC).date()
+    window = f"from={today - timedelta(days=1)}&to={today + timedelta(days=2)}"
+    csv_urls = [
+        *(f"reports/usage?groupBy={g}&format=csv" for g in ("team", "team,user", "gpu", "host")),
+        "reports/utilization?groupBy=gpu&format=csv",
+        "reports/focus?tz=UTC",
+        *(
+            f"reports/reservations?groupBy={g}&format=csv"
+            for g in ("member", "host", "reservation")
+        ),
+    ]
+    seen: set[str] = set()
+    for url in csv_urls:
+        r = await client.get(f"{base}/{url}&{window}", headers=tenant.auth("finance"))
+        assert r.status_code == 200, (url, r.text[:300])
+        assert not formula_cells(r.text), (url, formula_cells(r.text))
+        disposition = r.headers["content-disposition"]
+        assert re.fullmatch(r'attachment; filename="[a-z0-9-]+\.csv"', disposition), disposition
+        seen |= {c for row in cells(r.text) for c in row}
+    for name in (team, "@SUM(A1);x,y", "-GPU+1", evil_email):
+        assert "'" + name in seen, f"{name!r} never reached a CSV"
+    r = await client.get(f"{base}/reports/usage?groupBy=team&{window}", headers=tenant.auth())
+    assert [row["team"] for row in r.json()["rows"]] == [team], r.text
+
+
+ALL_FORMULA_STARTS = tuple("=+-@\t\r\n\uff1d\uff0b\uff0d\uff20")
+
+
+EVIL_NAMES = ("=1+1", "+1", "-1", "@SUM(A1)", "\uff1d1+1", "\uff20x", "\uff0b1", "\uff0d1")
+
+
+def live_formulas(text: str) -> list[str]:
+    cells = [c for row in csv.reader(io.StringIO(text, newline="")) for c in row]
+    return [c for c in cells if c.startswith(ALL_FORMULA_STARTS)]
+
+
+async def test_focus_statement_and_team_csv_cells_never_run(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """The workspace's name (FOCUS's account, provider and issuer), team names (an
+    admin's free text), GPU models and host names (what hosts report) in every money CSV."""
+    from board.workspaces import service as workspaces
+    from tests.web.helpers import sign_in
+
+    slug = f"evilmoney-{datetime.now(UTC):%H%M%S%f}"
+    async with app.state.runtime.sessions() as session:
+        workspace = await workspaces.create_workspace(session, slug, "=HYPERLINK(1)")
+        admin = await workspaces.add_member(
+            session, workspace, f"admin@{slug}.example", "admin", "correct-horse-battery"
+        )
+        await session.commit()
+    tenant = Tenant(slug, admin.api_token, admin.api_token, admin.api_token)
+    start = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    users = {name: f"user{i}" for i, name in enumerate(EVIL_NAMES)}
+    await held_hours(client, tenant, start, users)
+    for i, name in enumerate(EVIL_NAMES):
+        r = await client.put(
+            f"{base(tenant)}/directory/user{i}",
+            json={"memberEmail": None, "team": name},
+            headers=tenant.auth(),
+        )
+        assert r.status_code == 200, r.text
+    day = (start - timedelta(days=5)).date().isoformat()
+    prices = [{"gpuModel": name, "perGpuHour": 1, "from": day} for name in EVIL_NAMES]
+    r = await client.put(
+        f"{base(tenant)}/prices", json={"currency": "EUR", "prices": prices}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    window = f"from={start:%Y-%m-%d}&to={start + timedelta(days=1):%Y-%m-%d}&tz=UTC"
+    focus = await client.get(f"{base(tenant)}/reports/focus?{window}", headers=tenant.auth())
+    assert focus.status_code == 200, focus.text
+    rows = list(csv.DictReader(io.StringIO(focus.text, newline="")))
+    assert len(rows) == len(EVIL_NAMES), focus.text
+    assert {r["BillingAccountName"] for r in rows} == {"'=HYPERLINK(1)"}, focus.text
+    assert not live_formulas(focus.text), live_formulas(focus.text)
+    for group in ("team", "team,user", "team,gpu", "gpu,team", "team,host", "team,day"):
+        r = await client.get(
+            f"{base(tenant)}/reports/usage?{window}&groupBy={group}&format=csv",
+            headers=tenant.auth(),
+        )
+        assert r.status_code == 200, (group, r.text)
+        assert not live_formulas(r.text), (group, live_formulas(r.text))
+    assert (await sign_in(client, f"admin@{slug}.example", "correct-horse-battery")).status_code
+    month = f"{start:%Y-%m}"
+    for name in EVIL_NAMES:
+        r = await client.get(f"/w/{slug}/statements.csv", params={"month": month, "team": name})
+        assert r.status_code == 200, (name, r.text[:300])
+        assert "user" in r.text, (name, r.text)
+        assert not live_formulas(r.text), (name, live_formulas(r.text))

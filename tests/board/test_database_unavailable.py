@@ -3,6 +3,12 @@ request waits on a lock, as a PostgreSQL restart ends every backend) is a 503 wi
 string detail and Retry-After; a page is a 503 page. The next request is served on a
 new connection; a live stream that can no longer check its listener ends cleanly. The
 whole board under a real restart: tests/ops/test_database_restart.py.
+
+Also attacked, and held: pg_terminate_backend of the request's backend while it waits on
+a lock, for each of 38 tables under 34 routes (API, pages, CSV, statements, FOCUS, the
+reservations report and .ics, archives, sign-in, admin forms): every one a 503 with a
+string detail and Retry-After (a page for pages), none a 500; only a report already
+streaming ends its body unfinished (its 200 was sent); the next request is served.
 """
 
 from __future__ import annotations

@@ -1,11 +1,19 @@
-"""The directory: Linux users seen on the hosts, linked to members and teams by admins."""
+"""The directory: Linux users seen on the hosts, linked to members and teams by admins;
+names that are no Linux user (a trailing newline, `unknown`) refused; a member's removal
+unlinks their Linux users."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx
+
+from tests.board.answers import refused
 from tests.board.builders import enroll, make_tenant, push
+from tests.board.db import execute, scalar
+from tests.board.reservation_builders import busy_host, reservations, soon
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,
@@ -132,3 +140,102 @@ async def test_the_directory_page_says_who_runs_now(app, client) -> None:
     assert last_seen("alice") == "running now"
     assert last_seen("bob") != "running now"  # on the host a minute ago, not in its newest
     assert last_seen("carol").endswith("ago")
+
+
+async def test_directory_refuses_a_linux_user_with_a_trailing_newline(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was stored: re.match lets "$" match before a final newline."""
+    tenant = await quick_tenant(app, "dir")
+    base = f"/api/v1/workspaces/{tenant.slug}/directory"
+    body = {"memberEmail": None, "team": "ml"}
+    for name in ("alice%0A", "alice%0D", "%0A", "-bob", "a" * 65, "%2E%2E", "al%20ice"):
+        refused(await client.put(f"{base}/{name}", json=body, headers=tenant.auth()), 404, 422)
+    for team in (" \t ", "x\ny", "a\u0000", "t" * 101):
+        r = await client.put(
+            f"{base}/carol", json={"memberEmail": None, "team": team}, headers=tenant.auth()
+        )
+        refused(r, 422)
+    r = await client.get(base, headers=tenant.auth())
+    assert r.json()["entries"] == [], r.text
+    # A trailing $ is a real (Samba machine) account name.
+    r = await client.put(f"{base}/host01$", json=body, headers=tenant.auth())
+    assert r.status_code == 200, r.text
+    assert r.json()["linuxUser"] == "host01$", r.text
+
+
+async def test_the_unknown_placeholder_is_nobodys_account(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was a 201 and a 200: a booking (or the directory) could name `unknown`, the
+    placeholder a held card with no process is billed to, as the reserver's account:
+    such a card then counted as the reserver's own use (used, not conflict)."""
+    tenant = await quick_tenant(app, "unknown")
+    host_id = await busy_host(app, client, tenant, "unknown-node")
+    start = soon(3)
+    body = {
+        "hostId": host_id,
+        "start": start.isoformat(),
+        "end": (start + timedelta(hours=1)).isoformat(),
+    }
+    for users in (["unknown"], ["alice", "unknown"]):
+        r = await client.post(
+            reservations(tenant.slug),
+            json={**body, "linuxUsers": users},
+            headers=tenant.auth("member"),
+        )
+        assert "placeholder" in refused(r, 422)
+    base = f"/api/v1/workspaces/{tenant.slug}/directory"
+    member = f"member@{tenant.slug}.example"
+    r = await client.put(
+        f"{base}/unknown", json={"memberEmail": member, "team": None}, headers=tenant.auth()
+    )
+    assert "placeholder" in refused(r, 422)
+    assert await scalar(app, "SELECT count(*) FROM directory_entries") == 0
+    # One linked before this rule (or by hand) is not copied into a new booking.
+    r = await client.put(
+        f"{base}/alice", json={"memberEmail": member, "team": None}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    await execute(
+        app,
+        "INSERT INTO directory_entries (workspace_id, linux_user, user_id) "
+        "SELECT workspace_id, 'unknown', user_id FROM directory_entries",
+    )
+    r = await client.post(reservations(tenant.slug), json=body, headers=tenant.auth("member"))
+    assert r.status_code == 201, r.text
+    assert r.json()["linuxUsers"] == ["alice"]
+
+
+async def test_removal_unlinks_the_members_linux_users(app: Any, client: httpx.AsyncClient) -> None:
+    """Holds: removal unlinks the member's Linux users (the link's foreign key to the
+    membership sets it null), for good; a link to someone removed is a 422."""
+    tenant = await quick_tenant(app, "dir-rm")
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    member = f"member@{tenant.slug}.example"
+    r = await client.put(
+        f"{base}/directory/carol", json={"memberEmail": member, "team": "ml"}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    r = await client.delete(f"{base}/members/{member}", headers=tenant.auth())
+    assert r.status_code == 204, r.text
+    listed = (await client.get(f"{base}/directory", headers=tenant.auth("finance"))).json()
+    assert listed["entries"] == [
+        {
+            "linuxUser": "carol",
+            "memberEmail": None,
+            "team": "ml",
+            "firstSeenAt": None,
+            "lastSeenAt": None,
+        }
+    ], listed
+    r = await client.put(
+        f"{base}/directory/dave", json={"memberEmail": member, "team": None}, headers=tenant.auth()
+    )
+    refused(r, 422)
+    r = await client.post(
+        f"{base}/members", json={"email": member, "role": "member"}, headers=tenant.auth()
+    )
+    assert r.status_code == 201, r.text
+    listed = (await client.get(f"{base}/directory", headers=tenant.auth())).json()
+    assert [e["memberEmail"] for e in listed["entries"]] == [None]

@@ -1,15 +1,23 @@
-"""Enrollment tokens: single use (also under concurrency), expiry, revocation, no secrets shown."""
+"""Enrollment tokens: single use (also under concurrency), expiry, revocation, no secrets
+shown (in lists and in the audit log); odd expiries and names (0 hours, NUL) refused on the
+API and on the admin page, issuing nothing."""
 
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
+from typing import Any
 
+import httpx
 import pytest
 
 from board.enrollment import service
 from board.workspaces.service import get_workspace
-from tests.board.builders import make_tenant
+from tests.board.answers import TOKEN, audit_rows, refused, token_rows
+from tests.board.builders import JSON, make_tenant
 from tests.board.db import scalar
+from tests.board.test_reports_builders import quick_tenant
+from tests.web.helpers import admin_browser
 
 
 async def _issue(client, tenant, **body):
@@ -194,3 +202,107 @@ async def test_a_secret_is_not_in_the_repr(app) -> None:
     assert issued.token.startswith("gua_enroll_")
     assert issued.token not in repr(issued)
     assert issued.prefix in repr(issued)
+
+
+async def test_enrollment_names_with_nul_are_422(app: Any, client: httpx.AsyncClient) -> None:
+    """Was a 500: PostgreSQL text cannot hold NUL."""
+    tenant = await quick_tenant(app, "enr")
+    url = f"/api/v1/workspaces/{tenant.slug}/enrollment-tokens"
+    before = await scalar(app, "SELECT count(*) FROM enrollment_tokens")
+    for name in ("a\u0000b", "\u0000", "x" * 256):
+        refused(await client.post(url, json={"displayName": name}, headers=tenant.auth()), 422)
+    for body in (
+        b'{"displayName": "\\ud800"}',
+        b'{"expiresInHours": NaN}',
+        b'{"expiresInHours": 0}',
+    ):
+        refused(await client.post(url, content=body, headers={**tenant.auth(), **JSON}), 422)
+    assert await scalar(app, "SELECT count(*) FROM enrollment_tokens") == before
+
+
+async def test_odd_expiries_on_the_admin_page_issue_nothing(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was 201 for 0 (and -0): the default lifetime, where the API answers 422."""
+    tenant = await make_tenant(app, "hpexp")
+    b, csrf = await admin_browser(app, tenant)
+    before_tokens = await token_rows(app, tenant.slug)
+    before_audit = await audit_rows(app, tenant.slug)
+    async with aclosing(b):
+        for hours in ("0", "-0", "0.0", "0e5", "-1", "nan", "inf", "-inf", "721", "1e308", "x"):
+            r = await b.post(
+                f"/w/{tenant.slug}/admin/enrollment-tokens",
+                data={"csrf_token": csrf, "display_name": "n", "expires_in_hours": hours},
+            )
+            assert r.status_code == 422, (hours, r.status_code)
+            assert not TOKEN.search(r.text), hours
+        # The edges that hold: blank is the default, 720 the most.
+        for hours in ("", "720", "0.5"):
+            r = await b.post(
+                f"/w/{tenant.slug}/admin/enrollment-tokens",
+                data={"csrf_token": csrf, "display_name": "n", "expires_in_hours": hours},
+            )
+            assert r.status_code == 201, (hours, r.status_code)
+    assert await token_rows(app, tenant.slug) == before_tokens + 3
+    assert await audit_rows(app, tenant.slug) == before_audit + 3
+
+
+async def test_the_api_refuses_odd_expiries(app: Any, client: httpx.AsyncClient) -> None:
+    tenant = await make_tenant(app, "apiexp")
+    url = f"/api/v1/workspaces/{tenant.slug}/enrollment-tokens"
+    before = await token_rows(app, tenant.slug)
+    odd: tuple[object, ...] = (0, -1, 720.0001, 1e308, [], "x")
+    for hours in odd:
+        r = await client.post(url, json={"expiresInHours": hours}, headers=tenant.auth())
+        refused(r, 422)
+    for raw in ('{"expiresInHours": NaN}', '{"expiresInHours": Infinity}', "[]", '"x"'):
+        r = await client.post(
+            url, content=raw, headers={**tenant.auth(), "Content-Type": "application/json"}
+        )
+        refused(r, 422)
+    assert await token_rows(app, tenant.slug) == before
+
+
+async def test_token_lists_and_audit_never_hold_a_secret(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    tenant = await make_tenant(app, "nosecret")
+    url = f"/api/v1/workspaces/{tenant.slug}/enrollment-tokens"
+    secrets = []
+    for name in ("plain", "=HYPERLINK(1)", "gua_enroll_deadbeef_" + "A" * 30):
+        r = await client.post(url, json={"displayName": name}, headers=tenant.auth())
+        assert r.status_code == 201, r.text
+        secrets.append(r.json()["enrollmentToken"])
+    # A display name that is itself a token's secret is redacted in the log, not stored.
+    r = await client.post(url, json={"displayName": secrets[0]}, headers=tenant.auth())
+    assert r.status_code == 201, r.text
+    secrets.append(r.json()["enrollmentToken"])
+    listed = await client.get(url, headers=tenant.auth())
+    log = await client.get(f"/api/v1/workspaces/{tenant.slug}/audit-log", headers=tenant.auth())
+    b, _ = await admin_browser(app, tenant)
+    async with aclosing(b):
+        page = await b.get(f"/w/{tenant.slug}/admin")
+        audit_page = await b.get(f"/w/{tenant.slug}/admin/audit")
+    for secret in secrets[1:]:
+        for answer in (listed, log, page, audit_page):
+            assert secret not in answer.text, answer.request.url
+    assert secrets[0] not in log.text
+    assert secrets[0] not in audit_page.text
+    # Revoking twice, and revoking a claimed token, change nothing more.
+    prefix = listed.json()["enrollmentTokens"][-1]["tokenPrefix"]
+    assert secrets[0].startswith(prefix + "_")
+    for _ in range(2):
+        r = await client.delete(f"{url}/{prefix}", headers=tenant.auth())
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "revoked", r.text
+    claimed = await client.post(
+        "/agent/v1/enrollments/claim", json={"enrollmentToken": secrets[1], "hostname": "h"}
+    )
+    assert claimed.status_code == 201, claimed.text
+    claimed_prefix = secrets[1][: len(prefix)]
+    r = await client.delete(f"{url}/{claimed_prefix}", headers=tenant.auth())
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "claimed", r.text
+    # A revoked token is refused at the claim.
+    r = await client.post("/agent/v1/enrollments/claim", json={"enrollmentToken": secrets[0]})
+    refused(r, 401)

@@ -4,11 +4,17 @@ it had before (gpu_name_history), by which its past hours are priced; a late poi
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import csv
+import io
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import httpx
 
 from tests.board.builders import enroll, example, make_tenant, minutes_ago, push, retimed
 from tests.board.db import rows, scalar
+from tests.board.money_builders import H100, fixture_day, prices_body, two_models
+from tests.board.test_reports_builders import quick_tenant, report
 
 
 def _named(at_minutes_ago: float, name: str) -> dict[str, Any]:
@@ -61,3 +67,69 @@ async def test_a_late_point_with_the_old_name_changes_no_gpu(app: Any, client: A
     now, history = await _names(app)
     assert now == "NVIDIA H100"
     assert [h[0] for h in history] == ["NVIDIA A100"]
+
+
+async def test_a_renamed_gpu_does_not_reprice_its_past_hours(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was: the cost of an hour already past followed the GPU's *current* name (cost
+    joined each rollup row to `gpus.name`, which every push overwrote), so when an agent
+    reported a card under another name (a driver update that spells the model differently,
+    or a stolen agent token renaming its host's cards) every past hour of that GPU was
+    priced again at the new name's price: a closed statement, the FOCUS file and last
+    week's usage report changed after they were downloaded. Now each hour is priced by the
+    name its GPU had then (gpu_name_history)."""
+    # money_builders' fleet: GPU-0 an "NVIDIA A100" held by alice 3 h (2.00, then 3.00
+    # per GPU-hour), GPU-1 an "NVIDIA H100" held by bob 3 h at the "*" price 1.00.
+    tenant = await quick_tenant(app, "rename")
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings",
+        json={
+            "maxSampleGapSeconds": 86400,
+            "maxSampleGapFrom": "2000-01-01T00:00:00Z",  # before the history pushed
+            "timezone": "Africa/Lagos",
+        },
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    day = fixture_day()
+    host = await enroll(client, tenant, "node-a")
+    for hours in (22, 24, 25):
+        r = await push(client, host["agentToken"], two_models(day + timedelta(hours=hours)))
+        assert r.status_code == 202, r.text
+    r = await client.put(
+        f"/api/v1/workspaces/{tenant.slug}/prices",
+        json=prices_body(day.date()),
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    window = {"from": day.date().isoformat(), "to": (day + timedelta(days=2)).date().isoformat()}
+
+    async def figures() -> tuple[dict[str, float], float, list[tuple[str, str, str]]]:
+        usage = await report(client, tenant, "usage", groupBy="user", tz="UTC", **window)
+        focus = await client.get(
+            f"/api/v1/workspaces/{tenant.slug}/reports/focus",
+            params={**window, "tz": "UTC"},
+            headers=tenant.auth("finance"),
+        )
+        assert focus.status_code == 200, focus.text
+        lines = [
+            (row["x_LinuxUser"], row["x_GpuModel"], row["BilledCost"])
+            for row in csv.DictReader(io.StringIO(focus.text))
+        ]
+        by_user = {row["user"]: row["cost"] for row in usage["rows"]}
+        return by_user, usage["totals"]["cost"], sorted(lines)
+
+    before = await figures()
+    assert before[0] == {"alice": 8.0, "bob": 3.0}, before
+    # Days later the agent reports GPU-0 (same UUID) under another model's name. The new
+    # observation is more than maxSampleGap after the last one: it credits nothing.
+    renamed = two_models(datetime.now(UTC) - timedelta(minutes=1))
+    renamed["gpus"][0]["name"] = H100
+    r = await push(client, host["agentToken"], renamed)
+    assert r.status_code == 202, r.text
+    after = await figures()
+    assert after == before, (
+        "the past hours of a GPU were priced again under the name it reports now: "
+        f"{before} -> {after}"
+    )

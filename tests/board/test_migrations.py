@@ -23,24 +23,14 @@ def test_processes_starting_together_migrate_one_at_a_time(pg_admin_url: str) ->
     first, then has nothing left to do) and the schema is whole."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import psycopg
-
     from board.db.migrate import upgrade
-    from tests.conftest import _as_url, _url_for
+    from tests.support.databases import empty_database
 
-    name = f"gua_migrate_race_{os.getpid()}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = _as_url(_url_for(pg_admin_url, name))
-    try:
+    with empty_database(pg_admin_url, f"gua_migrate_race_{os.getpid()}") as url:
         with ThreadPoolExecutor(2) as pool:
             for done in [pool.submit(upgrade, url) for _ in range(2)]:
                 done.result()
         command.check(alembic_config(url))
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_tables_updated_in_place_keep_room_for_hot_updates(database_url: str) -> None:

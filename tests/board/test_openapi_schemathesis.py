@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops import live
+from tests.ops.fleet import enroll, make_fleet, observation, push
+from tests.support.live import BIN, LiveBoard, start_board, stop_board
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "schemathesis.toml"
@@ -28,21 +29,21 @@ RUN_SECONDS = 900
 
 
 @pytest.fixture
-def served(database_url: str, tmp_path: Path) -> Iterator[live.ServedBoard]:
-    board = live.start(database_url, tmp_path / "board")
+def served(database_url: str, tmp_path: Path) -> Iterator[LiveBoard]:
+    board = start_board(database_url, tmp_path / "board")
     try:
         yield board
     finally:
-        live.stop(board)
+        stop_board(board)
 
 
-def _seed(board: live.ServedBoard) -> dict[str, str]:
+def _seed(board: LiveBoard) -> dict[str, str]:
     """A workspace with two hosts (one to stay, one for the fuzzer to revoke), a push, a
     booking, a spare member and a spare token; the run's settings as environment."""
-    fleet = live.make_fleet(board, "lab")
-    host = live.enroll(board, fleet, "gpu-01")
-    spare_host = live.enroll(board, fleet, "gpu-02")
-    pushed = live.push(board, host["agentToken"], live.observation())
+    fleet = make_fleet(board, "lab")
+    host = enroll(board, fleet, "gpu-01")
+    spare_host = enroll(board, fleet, "gpu-02")
+    pushed = push(board, host["agentToken"], observation())
     assert pushed.status_code == 202, pushed.text
     auth = fleet.auth()
     with board.client() as c:
@@ -82,7 +83,7 @@ def _seed(board: live.ServedBoard) -> dict[str, str]:
     }
 
 
-def test_schemathesis_finds_no_disagreement(served: live.ServedBoard, tmp_path: Path) -> None:
+def test_schemathesis_finds_no_disagreement(served: LiveBoard, tmp_path: Path) -> None:
     run_env = {
         **served.env,
         **_seed(served),
@@ -90,7 +91,7 @@ def test_schemathesis_finds_no_disagreement(served: live.ServedBoard, tmp_path: 
         "PYTHONPATH": str(HERE.parents[1]),
     }
     command = [
-        str(live.BIN / "st"),
+        str(BIN / "st"),
         "--config-file",
         str(CONFIG),
         "run",

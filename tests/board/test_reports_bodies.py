@@ -1,23 +1,28 @@
 """Kept report bodies (board.reports.bodies): sent only while right. A late observation
 for a closed, kept day shows at once (its day is dirty: rendered live), and after the
 refresh too (a new version); a renamed host shows its new name; the gzip stream that
-stitches kept segments and live text is one valid member."""
+stitches kept segments and live text is one valid member; bodies are not kept once per
+zone name a reader cares to name."""
 
 from __future__ import annotations
 
 import random
 import zlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
 from board.reportkit import deflated, params
 from board.reportkit.streaming import Part, gzipped, plain
 from board.reports import bodies
+from board.reports.bodies import MAX_OTHER_ZONES
 from board.runtime import Runtime
 from tests.board.db import execute, scalar
-from tests.board.test_reports_builders import refresh_all_days
+from tests.board.money_builders import base, held_hours
+from tests.board.test_reports_builders import quick_tenant, refresh_all_days
 from tests.board.test_reports_rendered import FIRST as FIRST_DAY
 from tests.board.test_reports_stream import _finance, _fixture, _get
 from tests.board.utilization_oracle import built_report
@@ -147,3 +152,59 @@ async def test_keeping_that_fails_leaves_the_report_alone() -> None:
     await keeper.close()
     assert keeper.failed
     assert calls == 1
+
+
+MANY_ZONES = (
+    "Europe/Berlin",
+    "Asia/Tokyo",
+    "America/New_York",
+    "Europe/Paris",
+    "Asia/Dubai",
+    "Etc/GMT-3",
+)
+
+
+async def test_kept_bodies_do_not_grow_with_every_zone_a_reader_names(
+    app: Any, client: httpx.AsyncClient, database_url: str
+) -> None:
+    """Utilization bodies are kept per report kind, zone included: a finance script
+    cycling through the zone database stored a copy of the history per name (~600
+    names, and again under posix/ and right/). Now UTC, the workspace's zone and at most
+    MAX_OTHER_ZONES others."""
+    import psycopg
+
+    from board.db.urls import libpq_url
+    from board.rollups.daily import refresh_day_rollups
+
+    tenant = await quick_tenant(app, "kept")
+    start = (datetime.now(UTC) - timedelta(days=3)).replace(
+        hour=5, minute=0, second=0, microsecond=0
+    )
+    await held_hours(client, tenant, start, {"NVIDIA A100": "alice", "NVIDIA H100": "bob"})
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(database_url), autocommit=True
+    ) as conn:
+        await refresh_day_rollups(conn)
+    r = await client.patch(
+        f"{base(tenant)}/settings", json={"timezone": "Africa/Lagos"}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    window = f"from={start:%Y-%m-%d}T00:00:00Z&to={start + timedelta(days=2):%Y-%m-%d}T00:00:00Z"
+    for zone in ("UTC", "Africa/Lagos", *MANY_ZONES):
+        for bucket in ("hour", "day"):
+            url = f"{base(tenant)}/reports/utilization?{window}&groupBy=gpu&bucket={bucket}"
+            r = await client.get(f"{url}&tz={zone}", headers=tenant.auth("finance"))
+            assert r.status_code == 200, (zone, r.text[:300])
+            assert r.json()["rows"], (zone, r.text[:300])
+            # Asked again: the same bytes, kept or not.
+            again = await client.get(f"{url}&tz={zone}", headers=tenant.auth("finance"))
+            assert again.content == r.content, zone
+    async with await psycopg.AsyncConnection.connect(libpq_url(database_url)) as conn:
+        cur = await conn.execute(
+            "SELECT DISTINCT split_part(b.report, ':', 5) FROM report_bodies b "
+            "JOIN workspaces w ON w.id = b.workspace_id WHERE w.slug = %s",
+            [tenant.slug],
+        )
+        zones = {row[0] for row in await cur.fetchall()}
+    assert {"UTC", "Africa/Lagos"} <= zones, zones
+    assert len(zones - {"UTC", "Africa/Lagos"}) <= MAX_OTHER_ZONES, zones

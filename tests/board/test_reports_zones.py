@@ -1,5 +1,7 @@
 """Reports in zones that are not a whole number of hours from UTC (Asia/Kolkata +05:30,
-Asia/Kathmandu +05:45, ...): a local day is the UTC hours that start on it.
+Asia/Kathmandu +05:45, ...): a local day is the UTC hours that start on it. Also zones
+that change offset inside the window (a DST gap or fold, a skipped day), and zone names
+that are no plain zone (right/…, posix/…, localtime, odd names PostgreSQL may not know).
 
 Rollups are per UTC hour. Before, a date or a day grouping in such a zone was a 422 and the
 pages asked for the UTC hour before midnight instead. Now every report answers: the days
@@ -25,12 +27,15 @@ import pytest
 from board.db.urls import libpq_url
 from board.reportkit import params
 from board.rollups.daily import refresh_day_rollups
-from tests.board.builders import Tenant, enroll, make_tenant, push
+from tests.board.answers import refused
+from tests.board.builders import JSON, Tenant, enroll, make_tenant, push
+from tests.board.money_builders import base, held_hours
 from tests.board.reservation_builders import book_at
 from tests.board.test_reports_builders import (
     days_ago_midnight,
     gpu,
     observation,
+    quick_tenant,
     report,
     workspace_id,
 )
@@ -330,3 +335,184 @@ def test_local_days_tile_every_hour(zone: str, first: str, following: str) -> No
         hour += params.HOUR
     assert window.day_start(day + timedelta(days=1)) == window.end
     assert window.last_day().isoformat() < following
+
+
+GPU_TIME_REPORTS = ("reports/usage", "reports/utilization", "reports/focus")
+
+
+ZONE_WINDOWS = [
+    # (tz, from, to): DST gaps and folds, zones that changed offset or skipped a day
+    ("America/New_York", "2026-03-08", "2026-03-09"),  # a 23-hour day
+    ("America/New_York", "2026-11-01", "2026-11-02"),  # a 25-hour day
+    ("America/New_York", "2026-11-01T05:00:00Z", "2026-11-01T06:00:00Z"),  # the fold
+    ("America/Santiago", "2026-09-06", "2026-09-07"),  # DST starts at midnight
+    ("America/Santiago", "2026-04-04", "2026-04-06"),  # DST ends at midnight
+    ("America/Havana", "2026-03-08", "2026-03-09"),
+    ("Pacific/Apia", "2011-12-29", "2012-01-01"),  # 2011-12-30 never happened there
+    ("Europe/Moscow", "2014-10-25", "2014-10-27"),  # +04 to +03 for good
+    ("Pacific/Kiritimati", "2026-11-01", "2026-11-02"),  # +14
+    ("Etc/GMT%2B12", "2026-11-01", "2026-11-02"),  # -12
+    ("Africa/Casablanca", "2026-02-14", "2026-03-30"),  # Ramadan: the offset changes twice
+]
+
+
+HALF_HOUR_WINDOWS = [
+    ("Australia/Lord_Howe", "2026-04-04T00:00:00Z", "2026-04-06T00:00:00Z"),  # 30-min DST
+    ("Asia/Kathmandu", "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z"),
+    ("America/St_Johns", "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z"),
+    ("Africa/Monrovia", "1971-06-01T00:00:00Z", "1972-06-01T00:00:00Z"),  # -00:44:30 till 1972
+]
+
+
+DAYS = ("groupBy=day", "groupBy=user,day", "groupBy=team,day", "bucket=day", "")
+
+
+async def test_zones_that_change_offset_in_the_window(app: Any, client: httpx.AsyncClient) -> None:
+    """Every day grouping in a zone at a DST gap or fold, one that skipped a day or moved
+    for good: a 200; where midnight is not on a UTC hour too, and the answer says how its
+    days were cut."""
+    tenant = await quick_tenant(app, "zones")
+    at = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    await held_hours(client, tenant, at, {"NVIDIA A100": "alice"})
+    recent = (at.date().isoformat(), (at + timedelta(days=2)).date().isoformat())
+    for zone, start, end in [*ZONE_WINDOWS, ("America/New_York", *recent)]:
+        for path in ("reports/usage", "reports/utilization"):
+            for extra in DAYS:
+                if ("bucket" in extra) != path.endswith("utilization") and extra:
+                    continue
+                for fmt in ("json", "csv"):
+                    url = f"{base(tenant)}/{path}?from={start}&to={end}&tz={zone}&format={fmt}"
+                    r = await client.get(f"{url}&{extra}", headers=tenant.auth())
+                    assert r.status_code == 200, (zone, path, extra, r.text[:300])
+        r = await client.get(
+            f"{base(tenant)}/reports/focus?from={start}&to={end}&tz={zone}", headers=tenant.auth()
+        )
+        assert r.status_code == 200, (zone, r.text[:300])
+    for zone, start, end in HALF_HOUR_WINDOWS:
+        for path, extra in (
+            ("reports/usage", "groupBy=day"),
+            ("reports/usage", "groupBy=team,day"),
+            ("reports/utilization", "bucket=day"),
+            ("reports/focus", ""),
+        ):
+            url = f"{base(tenant)}/{path}?from={start}&to={end}&tz={zone}&{extra}"
+            r = await client.get(url, headers=tenant.auth())
+            assert r.status_code == 200, (zone, path, extra, r.text[:300])
+            if path != "reports/focus":
+                assert "start on it" in r.json()["hourAlignment"], r.text[:300]
+        url = f"{base(tenant)}/reports/usage?from={start}&to={end}&tz={zone}&groupBy=user"
+        assert (await client.get(url, headers=tenant.auth())).status_code == 200
+
+
+ODD_ZONES = (
+    "right/UTC",
+    "right/America/New_York",
+    "posix/Europe/Berlin",
+    "Factory",
+    "localtime",
+    "posixrules",
+    "EST5EDT",
+    "Etc/GMT-14",
+    "Etc/GMT%2B12",
+    "GMT%2B0",
+    "NZ-CHAT",  # +12:45
+    "leapseconds",
+    "tzdata.zi",
+    "right",
+    "UTC%20",
+    "%20UTC",
+    "utc",
+    "Europe//Berlin",
+    "Europe/./Berlin",
+    "./UTC",
+)
+
+
+async def test_odd_zone_names_in_every_report_and_setting(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Names the zone database holds that are no plain zone, or that PostgreSQL may not
+    know: an answer or a 4xx with a sentence, in the reports and as the workspace's zone
+    (FOCUS's default, statements, prices' dates)."""
+    from tests.web.helpers import sign_in
+
+    slug = f"oddzone-{datetime.now(UTC):%H%M%S%f}"
+    from board.workspaces import service as workspaces
+
+    async with app.state.runtime.sessions() as session:
+        workspace = await workspaces.create_workspace(session, slug, slug)
+        admin = await workspaces.add_member(
+            session, workspace, f"admin@{slug}.example", "admin", "correct-horse-battery"
+        )
+        await session.commit()
+    tenant = Tenant(slug, admin.api_token, admin.api_token, admin.api_token)
+    start = (datetime.now(UTC) - timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    await held_hours(client, tenant, start, {"NVIDIA A100": "alice"})
+    window = f"from={start:%Y-%m-%dT%H:00:00Z}&to={start + timedelta(hours=3):%Y-%m-%dT%H:00:00Z}"
+    dates = f"from={start:%Y-%m-%d}&to={start + timedelta(days=1):%Y-%m-%d}"
+    assert (await sign_in(client, f"admin@{slug}.example", "correct-horse-battery")).status_code
+    for zone in ODD_ZONES:
+        for path, extra in (
+            ("reports/usage", "groupBy=user,day"),
+            ("reports/usage", "groupBy=team&format=csv"),
+            ("reports/utilization", "bucket=day&groupBy=gpu"),
+            ("reports/utilization", "bucket=hour&format=csv"),
+            ("reports/focus", ""),
+        ):
+            for bounds in (window, dates):
+                r = await client.get(
+                    f"{base(tenant)}/{path}?{bounds}&tz={zone}&{extra}", headers=tenant.auth()
+                )
+                if r.status_code != 200:
+                    refused(r, 400, 422)
+        r = await client.patch(
+            f"{base(tenant)}/settings",
+            content=f'{{"timezone": "{zone.replace("%20", " ").replace("%2B", "+")}"}}',
+            headers={**tenant.auth(), **JSON},
+        )
+        if r.status_code != 200:
+            refused(r, 400, 422)
+            continue
+        body = {
+            "currency": "EUR",
+            "prices": [{"gpuModel": "*", "perGpuHour": 1, "from": f"{start:%Y-%m-%d}"}],
+        }
+        r = await client.put(f"{base(tenant)}/prices", json=body, headers=tenant.auth())
+        if r.status_code != 200:
+            refused(r, 400, 409, 422)
+        for url in (
+            f"{base(tenant)}/reports/focus?{window}",
+            f"{base(tenant)}/prices",
+            f"/w/{slug}/statements",
+            f"/w/{slug}/statements.csv?unassigned=1",
+            f"/w/{slug}/usage",
+        ):
+            r = await client.get(url, headers=tenant.auth() if "/api/" in url else {})
+            assert r.status_code < 500, (zone, url, r.text[:300])
+
+
+NOT_IANA_ZONES = (
+    "right/Europe/Berlin",
+    "right/UTC",
+    "posix/Europe/Berlin",
+    "localtime",
+    "posixrules",
+    "right",
+)
+
+
+async def test_zone_folder_copies_are_no_report_zone(app: Any, client: httpx.AsyncClient) -> None:
+    """Were a 200: right/Europe/Berlin is +02:00 in December to Python (its dates, labels
+    and day bounds) but 01:59:33 to PostgreSQL (its day keys); posix/... and localtime
+    (whatever the server's /etc/localtime is) are no IANA zone either, as the workspace
+    setting already says."""
+    tenant = await quick_tenant(app, "notiana")
+    for zone in NOT_IANA_ZONES:
+        for path in GPU_TIME_REPORTS:
+            for bounds in (
+                "from=2026-12-01&to=2026-12-02",
+                "from=2026-12-01T00:00:00Z&to=2026-12-02T00:00:00Z",
+            ):
+                url = f"{base(tenant)}/{path}?{bounds}&tz={zone}"
+                r = await client.get(url, headers=tenant.auth())
+                assert "IANA" in refused(r, 422), (zone, path)

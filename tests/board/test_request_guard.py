@@ -1,5 +1,5 @@
-"""What no route should ever see: NUL in a URL, huge bodies before auth, Host redirects,
-secrets in log lines."""
+"""What no route should ever see: NUL in a URL, huge bodies before auth, hostile JSON
+bodies (deep, huge, not an object, NaN), Host redirects, secrets in log lines."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ import json
 import logging
 from typing import Any
 
+import httpx
 import pytest
 
 from board.jsonbodies import TOO_WIDE_DETAIL, has_too_wide_object
 from board.logs import RedactSecrets, redact
-from tests.board.builders import make_tenant
+from tests.board.answers import audit_rows, refused
+from tests.board.builders import JSON, make_tenant
 from tests.board.db import scalar
+from tests.board.reservation_builders import book, busy_host
+from tests.board.test_reports_builders import quick_tenant
 from tests.web.helpers import sign_in
 
 
@@ -126,3 +130,50 @@ def test_the_width_check_reads_only_what_it_must() -> None:
     assert not has_too_wide_object(wide_but_nested_small)
     assert not has_too_wide_object(b"[" * 100_000 + b'{"a":1}' * 6_000)  # not JSON
     assert not has_too_wide_object(b'{"a":' * 6_000 + b"1" + b"}" * 6_000)  # too deep
+
+
+HOSTILE_BODIES: list[bytes] = [
+    b"[" * 10_000 + b"]" * 10_000,
+    b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+    b"[]",
+    b'"x"',
+    b"1",
+    b"\xff\xfe{",
+    b'{"x": NaN}',
+    b'{"x": Infinity}',
+    b'{"x": 1180591620717411303424}',
+    json.dumps({"x": "\u0000" + "y" * 1_000_000}).encode(),
+    json.dumps({"x": list(range(100_000))}).encode(),
+    b"{",
+]
+
+
+async def test_hostile_json_bodies_change_nothing(app: Any, client: httpx.AsyncClient) -> None:
+    tenant = await quick_tenant(app, "json")
+    host_id = await busy_host(app, client, tenant, "json-node")
+    booked = await book(client, tenant, host_id)
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    routes = [
+        ("PATCH", f"{base}/settings"),
+        ("PUT", f"{base}/prices"),
+        ("POST", f"{base}/members"),
+        ("PUT", f"{base}/directory/alice"),
+        ("POST", f"{base}/reservations"),
+        ("PATCH", f"{base}/reservations/{booked}"),
+        ("POST", f"{base}/notification-channels"),
+        ("POST", f"{base}/enrollment-tokens"),
+        ("POST", "/api/v1/me/api-tokens"),
+    ]
+    before = await audit_rows(app, tenant.slug)
+    settings = (await client.get(f"{base}/settings", headers=tenant.auth())).json()
+    for method, url in routes:
+        for body in HOSTILE_BODIES:
+            r = await client.request(method, url, content=body, headers={**tenant.auth(), **JSON})
+            refused(r)
+        # The right JSON under the wrong media type is not read as JSON.
+        r = await client.request(
+            method, url, content=b"{}", headers={**tenant.auth(), "Content-Type": "text/plain"}
+        )
+        assert r.status_code != 500, r.text
+    assert await audit_rows(app, tenant.slug) == before
+    assert (await client.get(f"{base}/settings", headers=tenant.auth())).json() == settings

@@ -1,11 +1,19 @@
-"""The reservations API: booking rules, roles, tenancy, the double-booking race, the feed."""
+"""The reservations API: booking rules, roles, tenancy, the double-booking race, the feed;
+ranges and times it cannot hold (reversed, past year 9999) refused with a sentence; a
+booking of a revoked host, or one longer than a lowered limit, may only shrink; the hosts
+API shows a booking in force as GET shows it."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx
+
+from tests.board.answers import refused
 from tests.board.builders import enroll, push
+from tests.board.reservation_builders import book, busy_host, members_booking, reservations, soon
 from tests.board.test_reports_builders import gpu, observation, quick_tenant
 
 
@@ -252,3 +260,153 @@ async def test_moving_never_changes_the_past(app, client) -> None:
     shown = (await client.get(_url(tenant, f"/{rid}"), headers=tenant.auth("member"))).json()
     assert shown["start"] == (now - timedelta(minutes=2)).isoformat()
     assert datetime.fromisoformat(shown["end"]) <= datetime.now(UTC)
+
+
+async def test_reservation_lists_with_a_reversed_range_are_422(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was a 500: PostgreSQL refuses tstzrange(lower > upper)."""
+    tenant = await quick_tenant(app, "rev")
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    for query in ("from=2026-01-02&to=2026-01-01", "to=2020-01-01"):
+        for path in ("reservations", "reservations.ics"):
+            r = await client.get(f"{base}/{path}?{query}", headers=tenant.auth())
+            assert "must not be before" in refused(r, 422)
+    for query in (
+        "from=0001-01-01T00:00:00%2B05:00",
+        "from=9999-12-31T23:00:00-05:00",
+        "from=1e309",
+        "hostId=%00",
+        "memberEmail=" + "x" * 400,
+        "hostId=" + "x" * 65,
+    ):
+        for path in ("reservations", "reservations.ics"):
+            refused(await client.get(f"{base}/{path}?{query}", headers=tenant.auth()))
+    # The same day twice is an empty window, not an error.
+    r = await client.get(
+        f"{base}/reservations?from=2026-01-01&to=2026-01-01", headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+
+
+async def test_booking_times_past_year_9999_are_422(app: Any, client: httpx.AsyncClient) -> None:
+    """Was a 500 (OverflowError): a whole-minute time whose UTC is in year 10000 or 0."""
+    tenant = await quick_tenant(app, "far")
+    host_id = await busy_host(app, client, tenant, "far-node")
+    booked = await book(client, tenant, host_id)
+    base = f"/api/v1/workspaces/{tenant.slug}/reservations"
+    start = soon(5).isoformat()
+    for body in (
+        {"hostId": host_id, "start": start, "end": "9999-12-31T23:00:00-12:00"},
+        {"hostId": host_id, "start": "9999-12-31T23:00:00-12:00", "end": start},
+        {"hostId": host_id, "start": "0001-01-01T00:00:00+05:00", "end": start},
+        {"hostId": host_id, "start": 1e20, "end": 1e21},
+        {"hostId": host_id, "start": start, "end": start},
+        {"hostId": host_id.upper() + "x", "start": start, "end": start},
+    ):
+        refused(await client.post(base, json=body, headers=tenant.auth()), 422)
+    for patch in (
+        {"end": "9999-12-31T23:00:00-12:00"},
+        {"start": "0001-01-01T00:00:00+05:00"},
+        {"start": "9999-12-31T22:00:00Z", "end": "9999-12-31T23:00:00Z"},
+        {"end": "0001-01-01T00:00:00Z"},
+        {"start ": start},
+    ):
+        refused(await client.patch(f"{base}/{booked}", json=patch, headers=tenant.auth()), 422)
+    listed = (await client.get(base, headers=tenant.auth())).json()["reservations"]
+    assert [b["reservationId"] for b in listed] == [booked]
+    assert listed[0]["end"] == (soon(3) + timedelta(hours=1)).isoformat()
+
+
+async def test_a_booking_of_a_revoked_host_only_shrinks(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was a 200: a booking of a revoked host could be extended or moved later, while a
+    new booking of it is refused; shortening and cancelling still work."""
+    tenant = await quick_tenant(app, "revoked")
+    host_id = await busy_host(app, client, tenant, "revoked-node")
+    booked = await book(client, tenant, host_id)  # soon(3) .. soon(3) + 1 h
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    r = await client.post(f"{base}/hosts/{host_id}/revoke", headers=tenant.auth())
+    assert r.status_code == 200, r.text
+    url = f"{base}/reservations/{booked}"
+    start = soon(3)
+    for patch in (
+        {"end": (start + timedelta(hours=2)).isoformat()},
+        {"start": (start - timedelta(hours=1)).isoformat()},
+        {
+            "start": (start + timedelta(hours=5)).isoformat(),
+            "end": (start + timedelta(hours=6)).isoformat(),
+        },
+    ):
+        assert "revoked" in refused(await client.patch(url, json=patch, headers=tenant.auth()), 422)
+    shorter = (start + timedelta(minutes=30)).isoformat()
+    r = await client.patch(url, json={"end": shorter, "note": "half"}, headers=tenant.auth())
+    assert r.status_code == 200, r.text
+    assert r.json()["end"] == shorter
+    r = await client.delete(url, headers=tenant.auth())
+    assert r.status_code == 204, r.text
+
+
+async def test_a_booking_longer_than_a_lowered_limit_may_still_shrink(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was a 422: after an admin lowered maxReservationDays, the booking could be
+    cancelled but not shortened; growing it is still held to the new limit."""
+    tenant = await quick_tenant(app, "limit")
+    host_id = await busy_host(app, client, tenant, "limit-node")
+    start = soon(3)
+    url = await members_booking(client, tenant, host_id, start, timedelta(days=10))
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings",
+        json={"maxReservationDays": 2},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    shorter = (start + timedelta(days=5)).isoformat()
+    r = await client.patch(url, json={"end": shorter}, headers=tenant.auth("member"))
+    assert r.status_code == 200, r.text
+    assert r.json()["end"] == shorter
+    longer = (start + timedelta(days=6)).isoformat()
+    assert "maxReservationDays" in refused(
+        await client.patch(url, json={"end": longer}, headers=tenant.auth("member")), 422
+    )
+    moved = {"start": soon(4).isoformat(), "end": (soon(4) + timedelta(days=3)).isoformat()}
+    refused(await client.patch(url, json=moved, headers=tenant.auth("member")), 422)
+    shown = (await client.get(url, headers=tenant.auth())).json()
+    assert shown["end"] == shorter
+
+
+async def test_the_hosts_api_shows_a_booking_in_force_as_get_shows_it(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was a mismatch: the booking in force on a GPU listed its GPUs sorted as text
+    (GPU-10 before GPU-2), GET …/reservations/{id} by GPU index."""
+    from tests.board.builders import enroll, push
+    from tests.board.test_reports_builders import gpu, observation
+
+    tenant = await quick_tenant(app, "order")
+    host = await enroll(client, tenant, "order-node")
+    at = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    r = await push(client, host["agentToken"], observation(at, [gpu(2), gpu(10)]))
+    assert r.status_code == 202, r.text
+    host_id = str(host["hostId"])
+    r = await client.post(
+        reservations(tenant.slug),
+        json={
+            "hostId": host_id,
+            "start": at.isoformat(),
+            "end": (at + timedelta(hours=1)).isoformat(),
+        },
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 201, r.text
+    booked = r.json()
+    # The booking's answer alone carries `warnings` (GPUs someone else is on now).
+    assert booked.pop("warnings") == []
+    assert booked["gpuUuids"] == ["GPU-2", "GPU-10"], booked
+    shown = (
+        await client.get(f"/api/v1/workspaces/{tenant.slug}/hosts/{host_id}", headers=tenant.auth())
+    ).json()
+    in_force = [g["reservation"] for g in shown["gpus"]]
+    assert in_force == [booked, booked], in_force

@@ -3,12 +3,16 @@ booking made after its data arrived, a running booking cancelled."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
 
 from tests.board.builders import enroll
 from tests.board.reservation_builders import (
     MINUTE,
     book_at,
+    busy_host,
     cancel_at,
     push_series,
     reservation_report,
@@ -113,3 +117,43 @@ async def test_a_running_booking_cancelled_keeps_its_past(app, client) -> None:
     assert row["usedGpuHours"] == 0.5
     assert row["idleHeldGpuHours"] == round(10 / 60, 6)
     assert row["conflictGpuHours"] == 0.0
+
+
+async def test_reserved_hours_across_a_dst_change_are_the_hours_booked(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was 48 GPU-hours for a 47-hour booking: the report cut a booking at local
+    midnights and subtracted two times of one zone as wall-clock times (Python's rule for
+    a shared tzinfo), so the day the clocks sprang forward counted 24 hours, not 23."""
+    tenant = await quick_tenant(app, "dst")
+    host_id = await busy_host(app, client, tenant, "dst-node")
+    base = f"/api/v1/workspaces/{tenant.slug}"
+    # Over the night New York springs forward (2027-03-14), less than a year ahead
+    # until then; later runs book the same span a year on (2028-03-12).
+    year = 2027 if datetime.now(UTC) < datetime(2027, 3, 1, tzinfo=UTC) else 2028
+    first = 13 if year == 2027 else 11
+    start = f"{year}-03-{first:02d}T12:00:00-05:00"
+    end = f"{year}-03-{first + 2:02d}T12:00:00-04:00"
+    r = await client.post(
+        f"{base}/reservations",
+        json={"hostId": host_id, "start": start, "end": end},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 201, r.text
+    query = f"from={year}-03-{first - 1:02d}&to={year}-03-{first + 4:02d}&tz=America/New_York"
+    days = (
+        await client.get(f"{base}/reports/reservations?{query}&groupBy=day", headers=tenant.auth())
+    ).json()
+    assert {row["day"]: row["reservedGpuHours"] for row in days["rows"]} == {
+        f"{year}-03-{first:02d}": 12.0,
+        f"{year}-03-{first + 1:02d}": 23.0,
+        f"{year}-03-{first + 2:02d}": 12.0,
+    }, days
+    assert days["totals"]["reservedGpuHours"] == 47.0
+    for group in ("reservation", "member", "host"):
+        shown = (
+            await client.get(
+                f"{base}/reports/reservations?{query}&groupBy={group}", headers=tenant.auth()
+            )
+        ).json()
+        assert [row["reservedGpuHours"] for row in shown["rows"]] == [47.0], (group, shown)

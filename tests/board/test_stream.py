@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -16,7 +17,12 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
-from tests.board.builders import enroll, make_tenant
+from board.stream.hub import Sample, StreamHub
+from tests.board.answers import refused
+from tests.board.builders import Tenant, enroll, make_tenant, spellings
+from tests.board.db import scalar
+from tests.support.ports import free_port
+from tests.web.helpers import sign_in
 
 
 def util_message(uuids: tuple[str, ...] = ("GPU-0", "GPU-1"), util: int = 2) -> str:
@@ -90,16 +96,10 @@ async def send_spaced(ws: ClientConnection, messages: list[str | bytes]) -> None
         await asyncio.sleep(0.25)  # the agent sends one a second; the board drops floods
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def serve(app: Any) -> AsyncIterator[str]:
     """An app whose lifespan already runs, on a real loopback port (for WebSockets)."""
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -260,3 +260,175 @@ async def test_latest_shape_and_who_may_read_it(
     assert [list(g) for g in latest["gpus"]] == [["uuid", "utilPct", "memoryUsedMb"]] * 2
     assert (await client.get(url, headers=acme.auth("finance"))).status_code == 403
     assert (await client.get(url, headers=acme.auth("admin"))).status_code == 200
+
+
+class AsgiStream:
+    """One GET to the app as a raw ASGI call, its body chunks as they are sent (httpx's
+    ASGI transport holds a streaming answer until it ends)."""
+
+    def __init__(self, app: Any, path: str, token: str) -> None:
+        self.chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.gone = asyncio.Event()
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"board.test"),
+                (b"authorization", f"Bearer {token}".encode()),
+            ],
+            "client": ("127.0.0.1", 50000),
+            "server": ("board.test", 80),
+            "state": {},
+        }
+        self.task = asyncio.create_task(app(scope, self._receive, self._send))
+
+    async def _receive(self) -> dict[str, Any]:
+        if not hasattr(self, "_sent_request"):
+            self._sent_request = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await self.chunks.put(message.get("body", b""))
+            if not message.get("more_body", False):
+                await self.chunks.put(None)
+
+    async def next_event(self, seconds: float) -> bytes | None:
+        """The next chunk that is not a keep-alive comment; None when the stream ended."""
+        async with asyncio.timeout(seconds):
+            while True:
+                chunk = await self.chunks.get()
+                if chunk is None or not chunk.startswith(b":"):
+                    return chunk
+
+    async def close(self) -> None:
+        self.gone.set()
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+
+
+@pytest.mark.parametrize("ending", ["token revoked", "member removed"])
+async def test_an_open_live_stream_ends_when_its_token_or_membership_does(
+    app: Any, client: Any, ending: str
+) -> None:
+    """docs/security.md: a person whose token leaked must not keep using it after
+    revocation or removal. A live stream opened with the token kept streaming samples
+    (found here; fixed in board/stream by the stream's owner: re-checked while open)."""
+    acme = await make_tenant(app, "acme")
+    issued = await client.post("/api/v1/me/api-tokens", json={}, headers=acme.auth("member"))
+    assert issued.status_code == 201, issued.text
+    token, prefix = issued.json()["apiToken"], issued.json()["tokenPrefix"]
+    workspace_id = await scalar(app, "SELECT id FROM workspaces WHERE slug = 'acme'")
+    stream = AsgiStream(app, "/api/v1/workspaces/acme/stream", token)
+    try:
+        hello = await stream.next_event(30)
+        assert hello is not None
+        assert hello.startswith(b"event: hello"), hello
+        if ending == "token revoked":
+            r = await client.delete(
+                f"/api/v1/me/api-tokens/{prefix}", headers={"Authorization": f"Bearer {token}"}
+            )
+        else:
+            r = await client.delete(
+                "/api/v1/workspaces/acme/members/member@acme.example", headers=acme.auth()
+            )
+        assert r.status_code in (200, 204), r.text
+        refused = await client.get(
+            "/api/v1/workspaces/acme/stream/latest", headers={"Authorization": f"Bearer {token}"}
+        )
+        assert refused.status_code == 401
+        hub: StreamHub = app.state.runtime.stream
+        # A stream may re-check its viewer every few seconds (the host page's does, every
+        # 5 s): samples keep coming, and within a generous deadline the stream must end.
+        deadline = time.monotonic() + 30
+        while True:
+            sample = Sample(int(workspace_id), "after-revocation", time.time(), (("G", 7, 1),))
+            hub.deliver(sample)
+            try:
+                if await stream.next_event(1.0) is None:
+                    break  # ended
+            except TimeoutError:
+                pass
+            assert time.monotonic() < deadline, f"the stream went on for 30 s after {ending}"
+    finally:
+        await stream.close()
+
+
+async def streamed_lately(client: httpx.AsyncClient, tenant: Tenant, host_id: str) -> None:
+    """Waits (generously) until the hub keeps a sample of the host."""
+    url = f"/api/v1/workspaces/{tenant.slug}/stream/latest"
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        r = await client.get(url, headers=tenant.auth())
+        assert r.status_code == 200, r.text
+        if host_id in {h["hostId"] for h in r.json()["hosts"]}:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the samples never arrived"
+        await asyncio.sleep(0.05)
+
+
+NOT_HOST_IDS = (
+    "",
+    "not-a-host",
+    "x" * 65,
+    "x" * 8000,
+    "0" * 31,
+    "0" * 33,
+    "gua_agent_0123abcd_" + "A" * 40,
+)
+
+
+async def test_a_stream_hostid_that_is_no_uuid_is_422(app: Any, client: httpx.AsyncClient) -> None:
+    """Was a 200 stream of nothing, for a hostId of any length."""
+    tenant = await make_tenant(app, "acme")
+    url = f"/api/v1/workspaces/{tenant.slug}/stream"
+    for value in NOT_HOST_IDS:
+        r = await client.get(url, params={"hostId": value}, headers=tenant.auth("member"))
+        detail = refused(r, 422)
+        assert "hostId" in detail
+        if value:
+            assert value[:8] not in detail  # not echoed: it may be a pasted token
+    # A NUL in the URL is refused before any route (board.edge).
+    refused(await client.get(f"{url}?hostId=%00", headers=tenant.auth("member")), 400)
+
+
+async def test_a_stream_hostid_in_any_spelling_matches_its_host(
+    app: Any, client: httpx.AsyncClient, served: str
+) -> None:
+    """Was a stream of nothing for an upper-case, braced, urn: or unhyphenated id."""
+    acme = await make_tenant(app, "acme")
+    other = await make_tenant(app, "other")
+    mine = await enroll(client, acme, "mine")
+    theirs = await enroll(client, other, "theirs")
+    for host in (mine, theirs):
+        async with agent_socket(served, host["agentToken"]) as ws:
+            await send_spaced(ws, [util_message(), util_message()])
+    for tenant, host in ((acme, mine), (other, theirs)):
+        await streamed_lately(client, tenant, host["hostId"])
+    path = f"/api/v1/workspaces/{acme.slug}/stream?hostId="
+    for spelled in [mine["hostId"], *spellings(mine["hostId"])]:
+        async with sse(served, path + quote(spelled, safe=""), acme.auth("member")) as page:
+            assert page.status == 200
+            first = await page.next_util()
+            assert first["hostId"] == mine["hostId"]
+    # Another workspace's host, or none, in any spelling: a 404, as on the host page.
+    for spelled in [theirs["hostId"], *spellings(theirs["hostId"]), str(uuid.uuid4())]:
+        r = await client.get(path + quote(spelled, safe=""), headers=acme.auth("member"))
+        assert "No such host" in refused(r, 404)
+        assert "theirs" not in r.text
+    # The host page's stream of it is a 404, in any spelling.
+    assert (await sign_in(client, "member@acme.example")).status_code == 303
+    for spelled in [theirs["hostId"], *spellings(theirs["hostId"])]:
+        r = await client.get(f"/w/{acme.slug}/hosts/{quote(spelled, safe='')}/stream")
+        assert r.status_code == 404, r.text[:300]
+        assert "theirs" not in r.text

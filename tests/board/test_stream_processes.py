@@ -12,7 +12,7 @@ import pytest
 
 from tests.board.builders import enroll, make_tenant
 from tests.board.test_stream import SseReader, agent_socket, sse, util_message
-from tests.interop.conftest import LiveBoard, start_board, stop_board
+from tests.support.live import LiveBoard, start_board, stop_board
 
 
 @pytest.fixture

@@ -1,19 +1,15 @@
-"""Fixtures for tests against real processes: the released `gua` agent and `gua-board serve`."""
+"""The released `gua` agent of gpu-usage-audit, installed once in a cached venv, for the
+interop tests; the board they run against is the `live_board` of tests/conftest.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,86 +56,3 @@ def gua_agent() -> Callable[[str], Path]:
         return gua
 
     return install
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class LiveBoard:
-    url: str
-    env: dict[str, str]
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def cli(self, *args: str, stdin: str | None = None) -> str:
-        """Run `gua-board …` against the same database; returns stdout."""
-        done = subprocess.run(
-            [str(BIN / "gua-board"), *args],
-            env=self.env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    def cli_json(self, *args: str) -> dict[str, str]:
-        data: dict[str, str] = json.loads(self.cli(*args, "--json"))
-        return data
-
-
-def clean_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env["NO_PROXY"] = "127.0.0.1,localhost"
-    env.update(extra)
-    return env
-
-
-def start_board(
-    database_url: str, data_dir: Path, workers: int = 1, port: int | None = None
-) -> LiveBoard:
-    port = port or free_port()
-    env = clean_env({"GUA_BOARD_DATABASE_URL": database_url, "GUA_BOARD_DATA_DIR": str(data_dir)})
-    log = data_dir / f"board-{port}.log"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(BIN / "gua-board"), "serve", "--port", str(port), "--workers", str(workers)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"gua-board serve exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return LiveBoard(url, env, process, log)
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise AssertionError(f"gua-board serve did not start: {log.read_text()[-2000:]}")
-
-
-def stop_board(board: LiveBoard) -> None:
-    board.process.terminate()
-    try:
-        board.process.wait(15)
-    except subprocess.TimeoutExpired:
-        board.process.kill()
-
-
-@pytest.fixture
-def live_board(database_url: str, tmp_path: Path) -> Iterator[LiveBoard]:
-    """`gua-board serve` as a subprocess on a free loopback port, on this test's database."""
-    board = start_board(database_url, tmp_path / "board-data")
-    yield board
-    stop_board(board)

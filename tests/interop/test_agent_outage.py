@@ -19,7 +19,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.interop.conftest import LiveBoard, clean_env, start_board, stop_board
+from tests.support.live import LiveBoard, clean_env, start_board, stop_board
 
 # Seconds to wait for each phase; the agent's retry backoff after an outage alone may be
 # half a minute, and a loaded machine is slow to start a board.

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.interop.conftest import clean_env, free_port
+from tests.support.live import clean_env
+from tests.support.ports import free_port
 
 BIN = Path(sys.executable).parent
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.interop.conftest import LiveBoard, clean_env
+from tests.support.live import LiveBoard, clean_env
 
 
 @pytest.mark.parametrize("version", ["1.8.0", "1.3.0", "1.1.0"])

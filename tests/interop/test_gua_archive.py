@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from tests.interop.conftest import LiveBoard, clean_env
+from tests.support.live import LiveBoard, clean_env
 
 # Run by the agent's own Python: its database code, its fake GPUs, its usage-state
 # tracker and its payload builder, for the same ticks a daemon would have recorded.

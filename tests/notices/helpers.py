@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+from prometheus_client import REGISTRY
 
 from board.notices.worker import Notices
-from tests.board.builders import Tenant, push
-from tests.board.db import rows
+from tests.board.builders import Tenant, enroll, push
+from tests.board.db import rows, scalar
 from tests.board.test_reports_builders import gpu, observation, proc
+from tests.notices.receivers import HttpReceiver
 
 MINUTE = timedelta(minutes=1)
 
@@ -103,3 +105,38 @@ async def wait_for(app: Any, check: Any, what: str, seconds: float = 60.0) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting: {what}; deliveries {await deliveries(app)}")
         await asyncio.sleep(0.1)
+
+
+S = timedelta(seconds=1)
+
+
+def pass_failures(stage: str) -> float:
+    found = REGISTRY.get_sample_value("gua_board_notices_pass_failures_total", {"stage": stage})
+    return found or 0.0
+
+
+async def workspace_id(app: Any, tenant: Tenant) -> int:
+    found = await scalar(app, "SELECT id FROM workspaces WHERE slug = %s", tenant.slug)
+    assert isinstance(found, int)
+    return found
+
+
+async def idle_held_for_31_minutes(
+    client: httpx.AsyncClient, tenant: Tenant, hook: HttpReceiver
+) -> tuple[str, Any]:
+    """A webhook channel to `hook` and a GPU idle-held from t0 to t0+30m: the agent's
+    token, and when the notice is due."""
+    agent = str((await enroll(client, tenant, f"node-{tenant.slug}"))["agentToken"])
+    channel = await add_channel(client, tenant, kind="webhook", url=hook.url)
+    hook.secret = channel["secret"]
+    last = await series(client, agent, start_of_run(), 31, "idle_held")
+    return agent, last + 10 * S
+
+
+def told(hook: HttpReceiver, type_: str) -> list[str]:
+    """The workspaces whose `type_` notice the receiver got, signature verified."""
+    return [
+        r.json()["data"]["workspace"]["slug"]
+        for r in hook.delivered()
+        if r.verified and r.json()["type"] == type_
+    ]

@@ -19,6 +19,7 @@ from aiosmtpd.controller import Controller
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.http_servers import QuietHTTPServer
+from tests.support.ports import free_port
 
 
 @dataclass
@@ -188,12 +189,6 @@ class SmtpReceiver:
 
     def stop(self) -> None:
         self.controller.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(check: Callable[[], Any], what: str, seconds: float = 60.0) -> Any:

@@ -5,60 +5,35 @@ stable id a receiver can drop repeats by)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from tests.board.builders import make_tenant
 from tests.board.db import rows
 from tests.notices.conftest import SECRET_KEY
 from tests.notices.helpers import add_channel
-from tests.notices.receivers import HttpReceiver, Received, free_port, wait_until
+from tests.notices.receivers import HttpReceiver, Received, wait_until
+from tests.support.live import start_board
 
-BIN = Path(sys.executable).parent
 
-
-def _serve(database_url: str, data_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env.update(
+def _serve(database_url: str, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`gua-board serve` with the notices' secret key and quick delivery settings."""
+    board = start_board(
+        database_url,
+        data_dir,
         {
-            "NO_PROXY": "127.0.0.1,localhost",
-            "GUA_BOARD_DATABASE_URL": database_url,
-            "GUA_BOARD_DATA_DIR": str(data_dir),
-            "GUA_BOARD_SECRET_KEY": SECRET_KEY,
             "GUA_BOARD_ALLOW_INSECURE_WEBHOOKS": "true",
             "GUA_BOARD_NOTICES_POLL_SECONDS": "0.2",
             "GUA_BOARD_NOTICES_TIMEOUT_SECONDS": "2",
             "GUA_BOARD_NOTICES_LEASE_SECONDS": "8",
             "GUA_BOARD_NOTICES_RETRY_BASE_SECONDS": "0.2",
-        }
+        },
+        secret_key=SECRET_KEY,
     )
-    env.pop("PROMETHEUS_MULTIPROCESS_DIR", None)
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [str(BIN / "gua-board"), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            return httpx.get(f"{url}/healthz", timeout=5, trust_env=False).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(up, "gua-board serve", seconds=180)
-    return process, url
+    return board.process, board.url
 
 
 async def test_killed_mid_delivery_is_delivered_once_after_restart(
@@ -82,14 +57,13 @@ async def test_killed_mid_delivery_is_delivered_once_after_restart(
         )
         assert queued.status_code == 202
 
-        log = tmp_path / "serve.log"
-        first, _ = _serve(database_url, tmp_path / "data", log)
+        first, _ = _serve(database_url, tmp_path / "data")
         wait_until(lambda: len(receiver.received) == 1, "the first attempt to arrive")
         first.send_signal(signal.SIGKILL)
         first.wait(30)
         assert (await rows(app, "SELECT status FROM notice_deliveries")) == [("sending",)]
 
-        second, _ = _serve(database_url, tmp_path / "data", log)
+        second, _ = _serve(database_url, tmp_path / "data")
 
         def delivered() -> bool:
             return len(receiver.delivered()) == 1

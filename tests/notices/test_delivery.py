@@ -1,6 +1,8 @@
 """Delivery: retries until a receiver that was down is back, 429/5xx retried (Retry-After
 honoured), other 4xx not, a delivered notice never sent again; URL rules; the channel API
-refuses bad input with a sentence and answers 404 across workspaces; Slack text."""
+refuses bad input with a sentence and answers 404 across workspaces; Slack text; a notice
+for a member removed meanwhile is not mailed; a channel sealed under an old secret key
+fails at once with a reason."""
 
 from __future__ import annotations
 
@@ -10,9 +12,19 @@ import pytest
 
 from board.notices.senders import backoff
 from board.notices.urls import UrlRefused, address_allowed, parse_target
-from tests.board.builders import make_tenant
-from tests.notices.helpers import add_channel, deliver_until, deliveries
-from tests.notices.receivers import HttpReceiver, free_port
+from board.settings import Settings
+from tests.board.builders import enroll, make_tenant
+from tests.notices.helpers import (
+    add_channel,
+    deliver_until,
+    deliveries,
+    link_alice,
+    notices_of,
+    series,
+    start_of_run,
+)
+from tests.notices.receivers import HttpReceiver, SmtpReceiver
+from tests.support.ports import free_port
 
 
 async def _test(client: Any, tenant: Any, channel_id: str) -> dict[str, Any]:
@@ -198,3 +210,61 @@ async def test_settings_carry_the_notice_thresholds(app, client) -> None:
         refused = await client.patch(url, json=bad, headers=acme.auth())
         assert refused.status_code == 422, bad
         assert isinstance(refused.json()["detail"], str)
+
+
+async def test_a_notice_queued_for_a_member_who_is_then_removed_is_not_mailed(
+    app: Any, client: Any, smtp: SmtpReceiver
+) -> None:
+    """Removal closes the workspace to the person at once; a notice about its GPUs
+    queued just before (or a booking of theirs still in force) was mailed to them after."""
+    acme = await make_tenant(app, "acme")
+    agent = (await enroll(client, acme, "node-a"))["agentToken"]
+    await link_alice(client, acme)
+    last = await series(client, agent, start_of_run(), 31, "idle_held")
+    await notices_of(app).detect_once(last)
+    assert [row[3] for row in await deliveries(app)] == ["member@acme.example"]
+    removed = await client.delete(
+        "/api/v1/workspaces/acme/members/member@acme.example", headers=acme.auth()
+    )
+    assert removed.status_code in (200, 204), removed.text
+
+    async def settled() -> bool:
+        return [row[4] for row in await deliveries(app)] not in (["pending"], ["sending"])
+
+    await deliver_until(app, settled, "the queued mail's attempt")
+    assert [row[4] for row in await deliveries(app)] == ["failed"]
+    assert smtp.messages == []
+    listed = await client.get("/api/v1/workspaces/acme/notifications", headers=acme.auth())
+    assert "no longer" in listed.json()["notifications"][0]["response"]
+
+
+async def test_a_channel_sealed_under_an_old_secret_key_fails_at_once_with_a_reason(
+    app: Any, client: Any, settings: Settings
+) -> None:
+    """docs/notices.md: changing the secret key makes existing channels unusable. Their
+    deliveries raised inside the attempt (InvalidTag) and were retried ten times as an
+    "Internal error." instead of failing once with a sentence saying what to do."""
+    from board.notices import outbox
+
+    acme = await make_tenant(app, "acme")
+    receiver = HttpReceiver().start()
+    try:
+        channel = await add_channel(client, acme, kind="webhook", url=receiver.url)
+        queued = await client.post(
+            f"/api/v1/workspaces/acme/notification-channels/{channel['channelId']}/test",
+            headers=acme.auth(),
+        )
+        assert queued.status_code == 202, queued.text
+        rotated = settings.model_copy(update={"secret_key": "r" * 40 + "-a-new-secret-key"})
+        async with app.state.runtime.pool.connection() as conn:
+            await conn.set_autocommit(True)
+            claimed = await outbox.claim(conn, 8, 60.0)
+            assert len(claimed) == 1
+            outcome = await outbox.attempt(rotated, claimed[0])
+            await conn.set_autocommit(False)
+    finally:
+        receiver.stop()
+    assert not outcome.delivered
+    assert not outcome.retry
+    assert "secret key" in outcome.response
+    assert receiver.received == []

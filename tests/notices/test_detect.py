@@ -1,26 +1,36 @@
 """Episodes: opened once the condition has held for the threshold, told once, closed only
 after the condition stayed away (hysteresis); a restart and a second board process find
-the open episode instead of telling it again; a snoozed GPU is not told."""
+the open episode instead of telling it again; a snoozed GPU is not told; a workspace whose
+detection raises does not stop the others' (each is its own unit, logged and counted)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from datetime import timedelta
 from typing import Any
 
+import httpx
+import pytest
+
 from board.app import create_app
 from tests.board.builders import enroll, make_tenant
+from tests.board.db import execute
 from tests.notices.helpers import (
     MINUTE,
     add_channel,
     at,
     deliver_until,
     events,
+    idle_held_for_31_minutes,
     link_alice,
     notices_of,
+    pass_failures,
     series,
     start_of_run,
+    told,
+    workspace_id,
 )
 from tests.notices.receivers import HttpReceiver, SmtpReceiver
 
@@ -208,3 +218,47 @@ async def test_idle_booking_and_silent_host(app, client) -> None:
     await at(client, agent, back + 2 * MINUTE, "active")
     closed = (await notices_of(app).detect_once(back + 2 * MINUTE + 10 * S))["acme"].closed
     assert sorted(closed) == ["host.stale.resolved", "reservation.idle.resolved"]
+
+
+async def test_a_workspace_whose_detection_raises_does_not_stop_the_others(
+    app: Any, client: httpx.AsyncClient, hook: HttpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a host row whose newest tick the detector cannot read (written half, or by an
+    older board) raised in `detect_once`, so every workspace after it, every pass, went
+    without notices."""
+    caplog.set_level(logging.WARNING)
+    broken = await make_tenant(app, "broken")  # looked at first (ids in order)
+    healthy = await make_tenant(app, "healthy")
+    broken_agent = str((await enroll(client, broken, "node-broken"))["agentToken"])
+    await at(client, broken_agent, start_of_run(), "idle_held")
+    broken_id = await workspace_id(app, broken)
+    await execute(
+        app,
+        "UPDATE hosts SET latest_tick = %s WHERE workspace_id = %s",
+        '[[1, "idle_held", 0',
+        broken_id,
+    )
+    _, due = await idle_held_for_31_minutes(client, healthy, hook)
+    failed_before = pass_failures("detect")
+
+    passed = await notices_of(app).detect_once(due)
+
+    assert broken.slug not in passed
+    assert passed[healthy.slug].opened == ["gpu.idle_held"]
+    assert pass_failures("detect") == failed_before + 1
+
+    async def healthy_told() -> bool:
+        return told(hook, "gpu.idle_held") == [healthy.slug]
+
+    await deliver_until(app, healthy_told, "the healthy workspace's notice at the receiver")
+    failures = [r for r in caplog.records if "failed" in r.getMessage() and r.exc_info]
+    assert [r.getMessage() for r in failures] == [
+        f"notices: the pass over workspace {broken_id} failed; next pass retries"
+    ]
+    for secret in (broken_agent, broken.admin_token, healthy.admin_token, str(hook.secret)):
+        assert secret not in caplog.text
+    # The next pass fails for it again (counted again) and still goes on for the other.
+    again = await notices_of(app).detect_once(due + 20 * S)
+    assert healthy.slug in again
+    assert broken.slug not in again
+    assert pass_failures("detect") == failed_before + 2

@@ -1,21 +1,34 @@
 """The daily digest: yesterday's figures are the reports' own for that day, unhealthy
-hosts and the longest idle-held GPUs now; queued once per workspace and day."""
+hosts and the longest idle-held GPUs now; queued once per workspace and day, for a
+workspace in a half-hour zone too; a digest that raises costs neither its episodes nor
+the other workspaces' digests."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
 
 from tests.board.builders import enroll, make_tenant
+from tests.board.db import execute, scalar
 from tests.board.reservation_builders import book_at
+from tests.board.test_reports_builders import quick_tenant
 from tests.notices.helpers import (
     MINUTE,
     at,
     deliver_until,
     events,
+    idle_held_for_31_minutes,
     link_alice,
     notices_of,
+    pass_failures,
+    told,
+    workspace_id,
 )
-from tests.notices.receivers import SmtpReceiver
+from tests.notices.receivers import HttpReceiver, SmtpReceiver
 
 
 async def test_digest_equals_the_reports_and_is_sent_once(app, client, smtp: SmtpReceiver) -> None:
@@ -90,3 +103,82 @@ async def test_digest_equals_the_reports_and_is_sent_once(app, client, smtp: Smt
     mail = next(m for rcpt, m in smtp.messages if rcpt == ["admin@acme.example"])
     assert "daily digest" in mail["Subject"]
     assert "alice" in mail.get_payload(decode=True).decode()
+
+
+async def test_a_half_hour_zone_does_not_stop_every_workspaces_notices(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was an Unprocessable raised by the digest of a workspace whose admin chose
+    Asia/Kolkata: the notices pass stopped there, for every workspace, every pass."""
+    from tests.notices.helpers import events, notices_of
+
+    kolkata = await quick_tenant(app, "kolkata")
+    other = await quick_tenant(app, "other")
+    for tenant, zone in ((kolkata, "Asia/Kolkata"), (other, "UTC")):
+        r = await client.patch(
+            f"/api/v1/workspaces/{tenant.slug}/settings",
+            json={"timezone": zone, "digestHour": 0},
+            headers=tenant.auth(),
+        )
+        assert r.status_code == 200, r.text
+    now = datetime.now(UTC).replace(hour=20, minute=0, second=0, microsecond=0)
+    passed = await notices_of(app).detect_once(now)
+    assert set(passed) >= {kolkata.slug, other.slug}
+    digests = [e[2]["data"] for e in await events(app, "digest.daily")]
+    assert sorted(d["workspace"]["slug"] for d in digests) == sorted([kolkata.slug, other.slug])
+    # Kolkata's yesterday: its local day, the UTC hours that start on it.
+    (local,) = [d for d in digests if d["workspace"]["slug"] == kolkata.slug]
+    assert (
+        local["day"]
+        == (now + timedelta(hours=5, minutes=30) - timedelta(days=1)).date().isoformat()
+    )
+
+
+async def test_a_digest_that_raises_costs_neither_its_episodes_nor_other_digests(
+    app: Any, client: httpx.AsyncClient, hook: HttpReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a workspace time zone the board cannot load (written to the database by hand
+    or by an older board) raised in the digest, which rolled back its episodes too and
+    stopped every workspace after it."""
+    caplog.set_level(logging.WARNING)
+    zoneless = await make_tenant(app, "zoneless")
+    other = await make_tenant(app, "other")
+    _, due = await idle_held_for_31_minutes(client, zoneless, hook)
+    r = await client.patch(
+        f"/api/v1/workspaces/{other.slug}/settings",
+        json={"timezone": "UTC", "digestHour": 0},
+        headers=other.auth(),
+    )
+    assert r.status_code == 200, r.text
+    zoneless_id = await workspace_id(app, zoneless)
+    await execute(
+        app,
+        "UPDATE workspaces SET timezone = 'Mars/Olympus_Mons', digest_hour = 0 WHERE id = %s",
+        zoneless_id,
+    )
+    failed_before = pass_failures("digest")
+
+    passed = await notices_of(app).detect_once(due)
+
+    assert passed[zoneless.slug].opened == ["gpu.idle_held"]
+    assert other.slug in passed
+    assert pass_failures("digest") == failed_before + 1
+    digests = [e[2]["data"]["workspace"]["slug"] for e in await events(app, "digest.daily")]
+    assert digests == [other.slug]
+    # Its day was not taken: the next pass tries the digest again.
+    assert (
+        await scalar(
+            app, "SELECT count(*) FROM notice_digests WHERE workspace_id = %s", zoneless_id
+        )
+        == 0
+    )
+
+    async def zoneless_told() -> bool:
+        return told(hook, "gpu.idle_held") == [zoneless.slug]
+
+    await deliver_until(app, zoneless_told, "the episode's notice despite the digest")
+    assert any(
+        r.getMessage()
+        == f"notices: the digest of workspace {zoneless_id} failed; next pass retries"
+        for r in caplog.records
+    )

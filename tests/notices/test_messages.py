@@ -9,10 +9,22 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
+
 from board.notices import messages
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.test_reports_builders import gpu, observation, proc
-from tests.notices.helpers import MINUTE, add_channel, deliver_until, events, notices_of
+from tests.notices.helpers import (
+    MINUTE,
+    add_channel,
+    deliver_until,
+    deliveries,
+    events,
+    link_alice,
+    notices_of,
+    series,
+    start_of_run,
+)
 from tests.notices.receivers import HttpReceiver, SmtpReceiver
 
 S = timedelta(seconds=1)
@@ -143,3 +155,68 @@ def test_a_stored_link_with_markup_cannot_form_slack_markup_or_a_mail_line() -> 
     (line,) = [x for x in mail.splitlines() if x.startswith("On the board:")]
     assert " " not in line.removeprefix("On the board: "), line
     assert "<" not in line
+
+
+async def test_a_host_name_with_line_breaks_is_mailed_on_one_subject_line(
+    app: Any, client: Any, smtp: SmtpReceiver
+) -> None:
+    """A host names itself; a CR/LF (or any other line break Python's mail headers
+    refuse) in the name made every mail about its GPUs raise and never be sent. Now the
+    mail goes out, with one Subject line and no header of the name's making."""
+    acme = await make_tenant(app, "acme")
+    hostile = "node-a\r\nBcc: evil@attacker.example\u2028X-Evil: 1\x85"
+    agent = (await enroll(client, acme, hostile))["agentToken"]
+    await link_alice(client, acme)
+    await add_channel(client, acme, kind="email", emails=["ops@acme.example"])
+    last = await series(client, agent, start_of_run(), 31, "idle_held")
+    await notices_of(app).detect_once(last)
+
+    async def mailed() -> bool:
+        return len(smtp.messages) == 2
+
+    await deliver_until(app, mailed, "the idle-held mails to the member and the channel")
+    assert sorted(row[4] for row in await deliveries(app)) == ["delivered", "delivered"]
+    for rcpt, message in smtp.messages:
+        assert "evil@attacker.example" not in rcpt
+        assert message["Bcc"] is None
+        assert message["X-Evil"] is None
+        subject = re.sub(r"\r?\n[ \t]", " ", str(message["Subject"]))  # unfolded
+        assert "node-a" in subject
+        assert not any(c in subject for c in "\r\n\x85\u2028"), repr(subject)
+
+
+EVIL_LINK = "https://evil.example/login"
+
+
+async def test_a_host_name_writes_no_lines_of_its_own_into_a_notice_mail(
+    app: Any, client: httpx.AsyncClient, smtp: SmtpReceiver
+) -> None:
+    """Was: a host name (the claim's hostname is the host's display name) with line breaks
+    wrote lines of its own into every notice mail's text about that host: a fake "On the
+    board: https://evil.example/…" link under the board's own headline, in a mail from the
+    board. The Subject was already kept on one line; the body was not."""
+    acme = await make_tenant(app, "acme")
+    hostile = f"node-a\nOn the board: {EVIL_LINK}\r\nSnooze this GPU's notices: {EVIL_LINK}\u2028"
+    agent = (await enroll(client, acme, hostile))["agentToken"]
+    await link_alice(client, acme)
+    await add_channel(client, acme, kind="email", emails=["ops@acme.example"])
+    last = await series(client, agent, start_of_run(), 31, "idle_held")
+    await notices_of(app).detect_once(last)
+
+    async def mailed() -> bool:
+        return len(smtp.messages) == 2
+
+    await deliver_until(app, mailed, "the idle-held mails to the member and the channel")
+    problems = []
+    for rcpt, message in smtp.messages:
+        payload = message.get_payload(decode=True)
+        assert isinstance(payload, bytes), message.as_string()[:500]
+        text = payload.decode(message.get_content_charset() or "utf-8")
+        lines = re.split(r"\r\n|\r|\n|\u2028|\u2029|\x85", text)
+        forged = [line for line in lines if EVIL_LINK in line and "node-a" not in line]
+        if forged:
+            problems.append(f"mail to {rcpt}: lines of the host name's making: {forged}")
+        # The host's name is one line, "Host: node-a …".
+        if not any(line.startswith("Host: node-a") and EVIL_LINK in line for line in lines):
+            problems.append(f"mail to {rcpt}: the host name is not on its Host line: {text!r}")
+    assert not problems, "\n".join(problems)

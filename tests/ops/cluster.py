@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.ops.live import free_port
+from tests.support.ports import free_port
 
 MISSING = (
     "No PostgreSQL server binaries (initdb, pg_ctl) were found under "

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
 from board.app import create_app
 from board.settings import Settings
 from tests.board.builders import enroll, example, make_tenant, push, retimed
+from tests.support.databases import create_database, drop_database
 
 VOLATILE = {"generatedAt", "lastSeenSecondsAgo", "secondsAgo"}
 
@@ -71,8 +71,7 @@ async def test_a_restored_database_answers_the_same_reports(
     )
     restored = database_url.rsplit("/", 1)[0] + "/" + database_url.rsplit("/", 1)[1] + "_restored"
     name = restored.rsplit("/", 1)[1]
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    create_database(pg_admin_url, name)
     try:
         subprocess.run(
             ["pg_restore", "--no-owner", "--exit-on-error", "--dbname", restored, str(dump)],
@@ -91,5 +90,4 @@ async def test_a_restored_database_answers_the_same_reports(
                 assert (await push(c, host["agentToken"], now)).status_code == 202
         assert after == before
     finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(pg_admin_url, name)

@@ -22,18 +22,9 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.ops.cluster import Cluster, private_cluster
-from tests.ops.live import (
-    Fleet,
-    ServedBoard,
-    enroll,
-    make_fleet,
-    observation,
-    sample_value,
-    start,
-    stop,
-    wait_for,
-)
-from tests.ops.test_metrics_workers import children
+from tests.ops.fleet import Fleet, enroll, make_fleet, observation, sample_value
+from tests.support.live import LiveBoard, start_board, stop_board, wait_for
+from tests.support.processes import children
 
 # The whole test (two outages, a 2-worker board's start) on a slow, shared 2-core box.
 pytestmark = pytest.mark.timeout(110)
@@ -56,7 +47,7 @@ class Answer:
 class Pushers:
     """A few agents pushing as fast as the board answers, every answer kept."""
 
-    board: ServedBoard
+    board: LiveBoard
     tokens: dict[str, str]  # hostId -> agent token
     answers: list[Answer] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -120,7 +111,7 @@ def problem_of_503(r: httpx.Response) -> str:
     return ""
 
 
-def sign_in(board: ServedBoard, fleet: Fleet) -> dict[str, str]:
+def sign_in(board: LiveBoard, fleet: Fleet) -> dict[str, str]:
     with board.client() as c:
         page = c.get("/signin")
         found = _CSRF.search(page.text)
@@ -132,7 +123,7 @@ def sign_in(board: ServedBoard, fleet: Fleet) -> dict[str, str]:
 
 
 def assert_outage_answers(
-    board: ServedBoard, fleet: Fleet, cookie: dict[str, str], token: str
+    board: LiveBoard, fleet: Fleet, cookie: dict[str, str], token: str
 ) -> None:
     """While the database is away: pages are 503 pages, the API 503 with a detail."""
     with board.client(cookies=cookie) as c:
@@ -154,7 +145,7 @@ def assert_outage_answers(
         assert isinstance(json.loads(body).get("detail"), str), body[:300]
 
 
-def agent_stream_answer(board: ServedBoard, token: str) -> tuple[int, bytes]:
+def agent_stream_answer(board: LiveBoard, token: str) -> tuple[int, bytes]:
     """The status the upgrade of an agent's live stream got (101: let in), and its body."""
     url = board.url.replace("http://", "ws://") + "/agent/v1/stream"
     headers = {"Authorization": f"Bearer {token}"}
@@ -174,7 +165,7 @@ def stored(database_url: str) -> set[tuple[str, datetime]]:
     return {(str(host), at.astimezone(UTC)) for host, at in rows}
 
 
-def workers_of(board: ServedBoard) -> list[int]:
+def workers_of(board: LiveBoard) -> list[int]:
     """The server's worker processes (its children but multiprocessing's resource tracker)."""
     found = []
     for pid in children(board.process.pid):
@@ -189,7 +180,7 @@ def workers_of(board: ServedBoard) -> list[int]:
 def restart(
     cluster: Cluster,
     mode: str,
-    board: ServedBoard,
+    board: LiveBoard,
     fleet: Fleet,
     cookie: dict[str, str],
     pushers: Pushers,
@@ -223,7 +214,7 @@ def test_a_database_restart_answers_503_and_the_board_recovers(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     database_url = cluster.create_database("board")
-    board = start(
+    board = start_board(
         database_url,
         tmp_path / "data",
         {"GUA_BOARD_MAINTENANCE_LEADER_RETRY_SECONDS": "1"},
@@ -261,4 +252,4 @@ def test_a_database_restart_answers_503_and_the_board_recovers(
     finally:
         if pushers is not None:
             pushers.stop()
-        stop(board)
+        stop_board(board)

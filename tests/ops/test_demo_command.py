@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.ops.live import free_port, wait_for
+from tests.support.live import wait_for
+from tests.support.ports import free_port
 
 BIN = Path(sys.executable).parent
 

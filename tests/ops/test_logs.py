@@ -11,17 +11,18 @@ from typing import Any
 
 import pytest
 
-from tests.ops.live import ServedBoard, enroll, make_fleet, observation, push, start, stop, wait_for
+from tests.ops.fleet import enroll, make_fleet, observation, push
+from tests.support.live import LiveBoard, start_board, stop_board, wait_for
 
 
 @pytest.fixture
-def board(database_url: str, tmp_path: Path) -> Iterator[ServedBoard]:
-    served = start(database_url, tmp_path / "board", {"GUA_BOARD_ACCESS_LOG": "true"})
+def board(database_url: str, tmp_path: Path) -> Iterator[LiveBoard]:
+    served = start_board(database_url, tmp_path / "board", {"GUA_BOARD_ACCESS_LOG": "true"})
     yield served
-    stop(served)
+    stop_board(served)
 
 
-def json_lines(board: ServedBoard) -> list[dict[str, Any]]:
+def json_lines(board: LiveBoard) -> list[dict[str, Any]]:
     """Every line of the board's output, each of which must be one JSON object."""
     out = []
     for line in board.log_lines():
@@ -34,7 +35,7 @@ def json_lines(board: ServedBoard) -> list[dict[str, Any]]:
     return out
 
 
-def access_lines(board: ServedBoard, path: str) -> list[dict[str, Any]]:
+def access_lines(board: LiveBoard, path: str) -> list[dict[str, Any]]:
     return [
         line
         for line in json_lines(board)
@@ -42,7 +43,7 @@ def access_lines(board: ServedBoard, path: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_request_ids_travel_in_the_header_and_the_access_log(board: ServedBoard) -> None:
+def test_request_ids_travel_in_the_header_and_the_access_log(board: LiveBoard) -> None:
     with board.client() as c:
         given = c.get("/healthz", headers={"X-Request-ID": "trace-42.a:b_c"})
         insane = c.get("/healthz", headers={"X-Request-ID": "x" * 65})
@@ -71,7 +72,7 @@ def test_request_ids_travel_in_the_header_and_the_access_log(board: ServedBoard)
     assert "x" * 65 not in board.log.read_text()
 
 
-def test_no_secret_in_any_line(board: ServedBoard) -> None:
+def test_no_secret_in_any_line(board: LiveBoard) -> None:
     fleet = make_fleet(board, "acme")
     host = enroll(board, fleet, "gpu-1")
     token = host["agentToken"]
@@ -95,7 +96,7 @@ def test_no_secret_in_any_line(board: ServedBoard) -> None:
 
 
 def test_text_logs_when_asked(database_url: str, tmp_path: Path) -> None:
-    served = start(
+    served = start_board(
         database_url,
         tmp_path / "text",
         {"GUA_BOARD_LOG_FORMAT": "text", "GUA_BOARD_ACCESS_LOG": "true"},
@@ -107,4 +108,4 @@ def test_text_logs_when_asked(database_url: str, tmp_path: Path) -> None:
             lambda: any("[plain-1]" in line for line in served.log_lines()), "a text access line"
         )
     finally:
-        stop(served)
+        stop_board(served)

@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 
 from board.metrics.http import report_name
+from tests.board.answers import refused
 from tests.board.builders import enroll, example, make_tenant, push, retimed
-from tests.ops.live import sample_value
+from tests.ops.fleet import sample_value
 
 ACCEPTED = "gua_board_observations_accepted_total"
 REJECTED = "gua_board_observations_rejected_total"
@@ -162,3 +163,32 @@ async def test_metrics_can_be_turned_off(app: Any, client: httpx.AsyncClient) ->
     r = await client.get("/metrics")
     assert r.status_code == 404
     assert "gua_board" not in r.text
+
+
+async def test_metrics_hold_no_tenant_text_and_bounded_labels(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    tenant = await make_tenant(app, "metricsws")
+    host = await enroll(client, tenant, "metrics-secret-host")
+    auth = {"Authorization": f"Bearer {host['agentToken']}"}
+    for i in range(30):
+        await client.post(
+            "/agent/v1/observations",
+            json={"observedAt": f"bad-{i}", "hostname": f'evil"\n{i}'},
+            headers=auth,
+        )
+        await client.post(f"/api/v1/workspaces/{tenant.slug}/reports/x{i}", headers=tenant.auth())
+    r = await client.get("/metrics")
+    assert r.status_code == 200, r.text[:300]
+    for text in (tenant.slug, "metrics-secret-host", "evil", "@", "bad-"):
+        assert text not in r.text, text
+    series = [line for line in r.text.splitlines() if line and not line.startswith("#")]
+    reasons = {line for line in series if "observations_rejected" in line}
+    assert len(reasons) < 30, reasons
+    # From a public address, without the token: no metrics.
+    public = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=("203.0.113.9", 4000)),
+        base_url="http://board.test",
+    )
+    async with public:
+        refused(await public.get("/metrics"), 403)

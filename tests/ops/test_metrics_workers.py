@@ -3,34 +3,13 @@ directory made for this run and removed when the server stops."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from tests.ops.live import (
-    enroll,
-    make_fleet,
-    observation,
-    push,
-    sample_value,
-    start,
-    stop,
-    wait_for,
-)
+from tests.ops.fleet import enroll, make_fleet, observation, push, sample_value
+from tests.support.live import start_board, stop_board, wait_for
+from tests.support.processes import children
 
 PUSHES = 24
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry))
-    return found
 
 
 def metrics_dir_of(pid: int) -> str | None:
@@ -46,7 +25,7 @@ def metrics_dir_of(pid: int) -> str | None:
 
 
 def test_counts_of_every_worker_add_up(database_url: str, tmp_path: Path) -> None:
-    board = start(database_url, tmp_path / "board", workers=2)
+    board = start_board(database_url, tmp_path / "board", workers=2)
     try:
         folder = wait_for(lambda: metrics_dir_of(board.process.pid), "the workers' metrics dir")
         assert Path(folder).is_dir()
@@ -65,5 +44,5 @@ def test_counts_of_every_worker_add_up(database_url: str, tmp_path: Path) -> Non
         # Every worker wrote its own files there.
         assert len({p.name.rsplit("_", 1)[-1] for p in Path(folder).glob("counter_*.db")}) >= 1
     finally:
-        stop(board)
+        stop_board(board)
     assert not Path(folder).exists(), "the per-run metrics directory was left behind"

@@ -16,7 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.ops.live import ServedBoard, free_port, make_fleet, start, stop, wait_for
+from tests.ops.fleet import make_fleet
+from tests.support.live import LiveBoard, start_board, stop_board, wait_for
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "deploy" / "nginx" / "gua-board.conf"
@@ -65,8 +67,8 @@ def site_config(board_port: int, http_port: int, https_port: int, cert: Path, ke
 
 
 @pytest.fixture
-def proxied(database_url: str, tmp_path: Path) -> Iterator[tuple[ServedBoard, Proxy]]:
-    board = start(database_url, tmp_path / "board", {"GUA_BOARD_ACCESS_LOG": "true"})
+def proxied(database_url: str, tmp_path: Path) -> Iterator[tuple[LiveBoard, Proxy]]:
+    board = start_board(database_url, tmp_path / "board", {"GUA_BOARD_ACCESS_LOG": "true"})
     folder = tmp_path / "nginx"
     folder.mkdir()
     os.chmod(tmp_path, 0o755)
@@ -105,11 +107,11 @@ def proxied(database_url: str, tmp_path: Path) -> Iterator[tuple[ServedBoard, Pr
     finally:
         nginx.terminate()
         nginx.wait(30)
-        stop(board)
+        stop_board(board)
 
 
 def test_https_reaches_the_board_and_the_cookie_is_secure(
-    proxied: tuple[ServedBoard, Proxy],
+    proxied: tuple[LiveBoard, Proxy],
 ) -> None:
     board, proxy = proxied
     fleet = make_fleet(board, "acme")
@@ -151,7 +153,7 @@ def test_https_reaches_the_board_and_the_cookie_is_secure(
     assert moved.headers["location"] == "https://127.0.0.1/w/acme"
 
 
-async def test_agent_websockets_pass_through(proxied: tuple[ServedBoard, Proxy]) -> None:
+async def test_agent_websockets_pass_through(proxied: tuple[LiveBoard, Proxy]) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import InvalidStatus
 

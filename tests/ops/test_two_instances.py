@@ -18,18 +18,8 @@ import pytest
 
 from board.maintenance import LEADER_LOCK_KEY
 from tests.board.test_stream import agent_socket, sse, util_message
-from tests.ops.live import (
-    Fleet,
-    ServedBoard,
-    enroll,
-    make_fleet,
-    observation,
-    push,
-    sample_value,
-    start,
-    stop,
-    wait_for,
-)
+from tests.ops.fleet import Fleet, enroll, make_fleet, observation, push, sample_value
+from tests.support.live import LiveBoard, start_board, stop_board, wait_for
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 LEADER = "gua_board_maintenance_leader"
@@ -37,22 +27,22 @@ RUNS = "gua_board_maintenance_runs_total"
 
 
 @pytest.fixture
-def pair(database_url: str, tmp_path: Path) -> Iterator[tuple[ServedBoard, ServedBoard]]:
+def pair(database_url: str, tmp_path: Path) -> Iterator[tuple[LiveBoard, LiveBoard]]:
     shared = {
         # Cookies signed by one must be read by the other, as behind one load balancer.
         "GUA_BOARD_SECRET_KEY": secrets.token_urlsafe(36),
         "GUA_BOARD_SIGNIN_MAX_FAILURES": "3",
         "GUA_BOARD_MAINTENANCE_LEADER_RETRY_SECONDS": "0.5",
     }
-    first = start(database_url, tmp_path / "a", shared)
+    first = start_board(database_url, tmp_path / "a", shared)
     try:
-        second = start(database_url, tmp_path / "b", shared)
+        second = start_board(database_url, tmp_path / "b", shared)
     except BaseException:
-        stop(first)
+        stop_board(first)
         raise
     yield first, second
-    stop(second)
-    stop(first)
+    stop_board(second)
+    stop_board(first)
 
 
 def csrf(client: httpx.Client, path: str) -> str:
@@ -63,7 +53,7 @@ def csrf(client: httpx.Client, path: str) -> str:
     return found.group(1)
 
 
-def sign_in(board: ServedBoard, email: str, password: str) -> httpx.Response:
+def sign_in(board: LiveBoard, email: str, password: str) -> httpx.Response:
     with board.client() as c:
         token = csrf(c, "/signin")
         return c.post(
@@ -73,7 +63,7 @@ def sign_in(board: ServedBoard, email: str, password: str) -> httpx.Response:
 
 
 def test_a_revoke_on_one_shuts_the_host_out_of_the_other(
-    pair: tuple[ServedBoard, ServedBoard],
+    pair: tuple[LiveBoard, LiveBoard],
 ) -> None:
     a, b = pair
     fleet = make_fleet(a, "acme")
@@ -88,7 +78,7 @@ def test_a_revoke_on_one_shuts_the_host_out_of_the_other(
 
 
 def test_sign_in_limits_and_sessions_hold_across_both(
-    pair: tuple[ServedBoard, ServedBoard],
+    pair: tuple[LiveBoard, LiveBoard],
 ) -> None:
     a, b = pair
     fleet: Fleet = make_fleet(a, "acme")
@@ -112,7 +102,7 @@ def test_sign_in_limits_and_sessions_hold_across_both(
     assert sign_in(a, fleet.email, fleet.password).status_code == 429
 
 
-async def test_the_live_stream_crosses_instances(pair: tuple[ServedBoard, ServedBoard]) -> None:
+async def test_the_live_stream_crosses_instances(pair: tuple[LiveBoard, LiveBoard]) -> None:
     a, b = pair
     fleet = await asyncio.to_thread(make_fleet, a, "acme")
     host = await asyncio.to_thread(enroll, a, fleet, "streams-to-a")
@@ -132,7 +122,7 @@ async def test_the_live_stream_crosses_instances(pair: tuple[ServedBoard, Served
     raise AssertionError("a sample streamed to one instance never reached the other's page")
 
 
-def leader_of(pair: tuple[ServedBoard, ServedBoard]) -> ServedBoard | None:
+def leader_of(pair: tuple[LiveBoard, LiveBoard]) -> LiveBoard | None:
     leaders = [board for board in pair if sample_value(board.metrics(), LEADER) == 1]
     assert len(leaders) <= 1, "two maintenance leaders at once"
     return leaders[0] if leaders else None
@@ -152,7 +142,7 @@ def lock_holders(database_url: str) -> int:
 
 
 def test_maintenance_runs_in_one_and_moves_when_it_dies(
-    pair: tuple[ServedBoard, ServedBoard], database_url: str
+    pair: tuple[LiveBoard, LiveBoard], database_url: str
 ) -> None:
     leader = wait_for(lambda: leader_of(pair), "a maintenance leader")
     follower = pair[1] if leader is pair[0] else pair[0]

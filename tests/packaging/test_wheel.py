@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 
 from tests.board.builders import example, retimed
-from tests.conftest import _as_url, _url_for
-from tests.interop.conftest import clean_env, free_port
+from tests.support.databases import empty_database
+from tests.support.live import clean_env
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 # What the build needs; the packaged folders' files are checked one by one below.
@@ -95,13 +95,8 @@ def wheel_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def empty_database_url(pg_admin_url: str, worker_tag: str) -> Iterator[str]:
     """A database with no schema at all: the wheel's own migrations must build it."""
-    name = f"gua_wheel_{worker_tag}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield _as_url(_url_for(pg_admin_url, name))
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with empty_database(pg_admin_url, f"gua_wheel_{worker_tag}") as url:
+        yield url
 
 
 def test_wheel_carries_every_module_template_static_file_and_migration(wheel: Path) -> None:

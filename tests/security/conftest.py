@@ -3,7 +3,8 @@
 The board is `gua-board serve --workers 2` as a subprocess (real argon2 costs, real
 uvicorn, two processes that share nothing but PostgreSQL), on a database cloned from the
 migrated template of tests/conftest.py. Its limits are set low enough that a test can
-reach them quickly, and high enough that ordinary requests never do.
+reach them quickly, and high enough that ordinary requests never do. The harness is
+tests/support/live.py.
 """
 
 from __future__ import annotations
@@ -16,19 +17,24 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from tests.security.live import SECRET, Board, start_board, stop_board
 from tests.security.seed import (
     Host,
+    Person,
     Tenant,
+    add_member,
     day_archives,
     enroll,
     issue_enrollment,
     make_tenant,
+    new_password,
     push_history,
     unique,
     upload_archive,
     yesterday,
 )
+from tests.support.databases import cloned_database
+from tests.support.live import LiveBoard, start_board, stop_board
+from tests.support.replies import SECRET
 
 MAX_FAILURES = 3
 HEADER_SECONDS = 5.0
@@ -50,20 +56,17 @@ SETTINGS = {
 
 @pytest.fixture(scope="session")
 def security_database_url(pg_admin_url: str, template_db: str, worker_tag: str) -> Iterator[str]:
-    from tests.conftest import _as_url, _url_for
-
-    name = f"gua_sec_{worker_tag}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield _as_url(_url_for(pg_admin_url, name))
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with cloned_database(pg_admin_url, template_db, f"gua_sec_{worker_tag}") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
-def board(security_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
-    served = start_board(security_database_url, tmp_path_factory.mktemp("board"), SETTINGS)
+def board(
+    security_database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveBoard]:
+    served = start_board(
+        security_database_url, tmp_path_factory.mktemp("board"), SETTINGS, workers=2
+    )
     try:
         yield served
     finally:
@@ -71,7 +74,7 @@ def board(security_database_url: str, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _log_never_holds_a_secret(board: Board) -> Iterator[None]:
+def _log_never_holds_a_secret(board: LiveBoard) -> Iterator[None]:
     """After each module: the server's log holds no token secret and no password."""
     yield
     text = board.log_text()
@@ -107,7 +110,7 @@ class World:
 
 
 @pytest.fixture(scope="session")
-def world(board: Board) -> World:
+def world(board: LiveBoard) -> World:
     a = make_tenant(board, "alpha")
     b = make_tenant(board, "bravo")
     marker = secrets.token_hex(3)
@@ -167,7 +170,7 @@ def world(board: Board) -> World:
     )
 
 
-def _b_bookings_and_notices(board: Board, b: Tenant, host: Host) -> tuple[str, str, str]:
+def _b_bookings_and_notices(board: LiveBoard, b: Tenant, host: Host) -> tuple[str, str, str]:
     """A booking of B's host by B's member, and an email channel of B's with a test
     delivery: real ids of B's for the routes that name them."""
     start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
@@ -201,9 +204,32 @@ def _b_bookings_and_notices(board: Board, b: Tenant, host: Host) -> tuple[str, s
 
 
 @pytest.fixture(scope="session")
-def scratch(board: Board) -> Tenant:
+def scratch(board: LiveBoard) -> Tenant:
     """A third workspace for tests that change settings, revoke hosts or push odd names."""
     return make_tenant(board, "charlie")
+
+
+@pytest.fixture(scope="module")
+def other(board: LiveBoard) -> Tenant:
+    """A workspace of the module's own (others change the scratch one's settings), and
+    for what must never cross from one workspace to another."""
+    return make_tenant(board, "delta")
+
+
+@pytest.fixture(scope="module")
+def admin(board: LiveBoard, scratch: Tenant) -> Person:
+    """An admin of the scratch workspace with a password, for page sessions."""
+    email = f"{unique('page-admin')}@charlie.example"
+    password = new_password(board)
+    reply = add_member(board, scratch.slug, scratch.admin.token, email, "admin", password)
+    assert reply.status_code == 201, reply
+    return Person(email, password, reply.json()["apiToken"], "admin")
+
+
+@pytest.fixture
+def host(board: LiveBoard, scratch: Tenant) -> Host:
+    """A fresh host of the scratch workspace."""
+    return enroll(board, scratch, unique("scratch-host"))
 
 
 __all__ = ["World", "db", "unique"]

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.board.test_archives import GPU_SAMPLE, PROC_SAMPLE, gz_csv
-from tests.security.live import Board, Reply
+from tests.support.live import LiveBoard
+from tests.support.replies import Reply
 
 _HERE = Path(__file__).resolve().parent
 _EXAMPLE = "observation-1.8.0-fake.json"
@@ -117,14 +118,14 @@ class Tenant:
         return [self.admin, self.member, self.finance]
 
 
-def new_password(board: Board) -> str:
+def new_password(board: LiveBoard) -> str:
     password = f"pw-{secrets.token_urlsafe(15)}"
     board.remember_password(password)
     return password
 
 
 def add_member(
-    board: Board, slug: str, admin_token: str, email: str, role: str, password: str | None
+    board: LiveBoard, slug: str, admin_token: str, email: str, role: str, password: str | None
 ) -> Reply:
     body: dict[str, Any] = {"email": email, "role": role}
     if password is not None:
@@ -136,7 +137,7 @@ def add_member(
     return reply
 
 
-def make_tenant(board: Board, base: str) -> Tenant:
+def make_tenant(board: LiveBoard, base: str) -> Tenant:
     """A workspace with an admin (from the CLI), a member and a finance user (REST)."""
     slug = unique(base)
     board.cli("create-workspace", slug, "--name", slug.title())
@@ -164,7 +165,7 @@ def make_tenant(board: Board, base: str) -> Tenant:
     return Tenant(slug, people["admin"], people["member"], people["finance"])
 
 
-def issue_enrollment(board: Board, tenant: Tenant, display_name: str | None = None) -> str:
+def issue_enrollment(board: LiveBoard, tenant: Tenant, display_name: str | None = None) -> str:
     body = {"displayName": display_name} if display_name else {}
     with board.client(tenant.admin.token) as c:
         reply = board.call(
@@ -176,7 +177,7 @@ def issue_enrollment(board: Board, tenant: Tenant, display_name: str | None = No
     return token
 
 
-def claim(board: Board, enrollment_token: str, hostname: str) -> Host:
+def claim(board: LiveBoard, enrollment_token: str, hostname: str) -> Host:
     with board.client() as c:
         reply = board.call(
             c,
@@ -194,7 +195,7 @@ def claim(board: Board, enrollment_token: str, hostname: str) -> Host:
     return Host(body["hostId"], body["agentToken"], body["tokenPrefix"], body["displayName"])
 
 
-def enroll(board: Board, tenant: Tenant, hostname: str, *, via_cli: bool = False) -> Host:
+def enroll(board: LiveBoard, tenant: Tenant, hostname: str, *, via_cli: bool = False) -> Host:
     if via_cli:
         issued = board.cli_json("issue-token", "--workspace", tenant.slug)
         token = str(issued["enrollmentToken"])
@@ -205,7 +206,7 @@ def enroll(board: Board, tenant: Tenant, hostname: str, *, via_cli: bool = False
     return host
 
 
-def push(board: Board, host: Host, body: dict[str, Any] | bytes, **kw: Any) -> Reply:
+def push(board: LiveBoard, host: Host, body: dict[str, Any] | bytes, **kw: Any) -> Reply:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
     with board.client(host.token) as c:
@@ -214,7 +215,7 @@ def push(board: Board, host: Host, body: dict[str, Any] | bytes, **kw: Any) -> R
         )
 
 
-def push_history(board: Board, host: Host, **names: Any) -> None:
+def push_history(board: LiveBoard, host: Host, **names: Any) -> None:
     """Two pushes a minute apart: the minute between them is credited to the rollups."""
     now = datetime.now(UTC)
     for at in (now - timedelta(seconds=60), now):
@@ -226,7 +227,7 @@ def yesterday() -> datetime:
     return datetime.combine(datetime.now(UTC).date() - timedelta(days=1), time(), UTC)
 
 
-def upload_archive(board: Board, host: Host, table: str, day: str, body: bytes) -> Reply:
+def upload_archive(board: LiveBoard, host: Host, table: str, day: str, body: bytes) -> Reply:
     with board.client(host.token) as c:
         return board.call(
             c,

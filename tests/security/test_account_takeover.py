@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.security.conftest import World
-from tests.security.live import Board
 from tests.security.seed import Person, add_member, new_password, unique
+from tests.support.live import LiveBoard
 
 SPELLINGS = (
     lambda e: e,
@@ -22,7 +22,7 @@ SPELLINGS = (
 
 
 @pytest.fixture
-def victim(board: Board, world: World) -> Person:
+def victim(board: LiveBoard, world: World) -> Person:
     """A fresh admin of B (a brand-new account: B's admin gives it a first password)."""
     b = world.b
     email = f"{unique('victim')}@bravo.example"
@@ -33,7 +33,7 @@ def victim(board: Board, world: World) -> Person:
     return Person(email, password, reply.json()["apiToken"], "admin")
 
 
-def _b_role_of(board: Board, world: World, email: str) -> str | None:
+def _b_role_of(board: LiveBoard, world: World, email: str) -> str | None:
     with board.client(world.b.admin.token) as c:
         listed = board.call(c, "GET", f"/api/v1/workspaces/{world.b.slug}/members")
     assert listed.status_code == 200, listed
@@ -41,7 +41,7 @@ def _b_role_of(board: Board, world: World, email: str) -> str | None:
     return roles.get(email)
 
 
-def _victim_still_whole(board: Board, world: World, victim: Person, attacker_pw: str) -> None:
+def _victim_still_whole(board: LiveBoard, world: World, victim: Person, attacker_pw: str) -> None:
     with board.client() as c:
         refused = board.sign_in(c, victim.email, attacker_pw)
     assert refused.status_code in (401, 403), f"A's password opened B's admin: {refused}"
@@ -58,7 +58,7 @@ def _victim_still_whole(board: Board, world: World, victim: Person, attacker_pw:
 
 @pytest.mark.parametrize("spelling", range(len(SPELLINGS)))
 def test_rest_add_never_sets_an_existing_password(
-    board: Board, world: World, victim: Person, spelling: int
+    board: LiveBoard, world: World, victim: Person, spelling: int
 ) -> None:
     attacker_pw = new_password(board)
     email = SPELLINGS[spelling](victim.email)
@@ -73,7 +73,7 @@ def test_rest_add_never_sets_an_existing_password(
 
 
 def test_page_add_never_sets_an_existing_password(
-    board: Board, world: World, victim: Person
+    board: LiveBoard, world: World, victim: Person
 ) -> None:
     a = world.a
     attacker_pw = new_password(board)
@@ -96,7 +96,7 @@ def test_page_add_never_sets_an_existing_password(
 
 
 def test_a_token_for_b_admin_reaches_nothing_of_b(
-    board: Board, world: World, victim: Person
+    board: LiveBoard, world: World, victim: Person
 ) -> None:
     """The API token A's admin got for B's admin (in A) is A's only: it cannot list,
     revoke or issue B tokens, nor read B."""
@@ -125,7 +125,7 @@ def test_a_token_for_b_admin_reaches_nothing_of_b(
         assert board.call(c, "GET", f"/api/v1/workspaces/{world.b.slug}/hosts").status_code == 200
 
 
-def test_a_new_account_gets_its_first_password(board: Board, world: World) -> None:
+def test_a_new_account_gets_its_first_password(board: LiveBoard, world: World) -> None:
     """The other half of the rule: a brand-new person can sign in with what was set."""
     email = f"{unique('newbie')}@alpha.example"
     password = new_password(board)
@@ -136,7 +136,9 @@ def test_a_new_account_gets_its_first_password(board: Board, world: World) -> No
         assert board.sign_in(c, email, password).status_code == 303
 
 
-def test_removing_b_admin_from_a_leaves_b_alone(board: Board, world: World, victim: Person) -> None:
+def test_removing_b_admin_from_a_leaves_b_alone(
+    board: LiveBoard, world: World, victim: Person
+) -> None:
     reply = add_member(board, world.a.slug, world.a.admin.token, victim.email, "member", None)
     assert reply.status_code == 201, reply
     with board.client(world.a.admin.token) as c:

@@ -8,12 +8,13 @@ import httpx
 import pytest
 
 from tests.security.conftest import World
-from tests.security.live import SECRET, Board, Reply
 from tests.security.seed import Person, add_member, new_password, unique
+from tests.support.live import LiveBoard
+from tests.support.replies import SECRET, Reply
 
 
 @pytest.fixture
-def member(board: Board, world: World) -> Person:
+def member(board: LiveBoard, world: World) -> Person:
     a = world.a
     email = f"{unique('tokens')}@alpha.example"
     password = new_password(board)
@@ -22,7 +23,7 @@ def member(board: Board, world: World) -> Person:
     return Person(email, password, reply.json()["apiToken"], "member")
 
 
-def hosts_with(board: Board, slug: str, token: str) -> Callable[[httpx.Client], Reply]:
+def hosts_with(board: LiveBoard, slug: str, token: str) -> Callable[[httpx.Client], Reply]:
     def send(c: httpx.Client) -> Reply:
         return board.call(
             c,
@@ -43,7 +44,7 @@ def refused(reply: Reply) -> None:
     reply.detail()
 
 
-def issue(board: Board, token: str) -> Reply:
+def issue(board: LiveBoard, token: str) -> Reply:
     with board.client(token) as c:
         reply = board.call(c, "POST", "/api/v1/me/api-tokens", json={})
     if reply.status_code == 201:
@@ -51,7 +52,7 @@ def issue(board: Board, token: str) -> Reply:
     return reply
 
 
-def test_issue_list_revoke(board: Board, world: World, member: Person) -> None:
+def test_issue_list_revoke(board: LiveBoard, world: World, member: Person) -> None:
     slug = world.a.slug
     issued = issue(board, member.token)
     assert issued.status_code == 201, issued
@@ -78,7 +79,7 @@ def test_issue_list_revoke(board: Board, world: World, member: Person) -> None:
     board.on_every_worker(hosts_with(board, slug, member.token), works)
 
 
-def test_a_token_revokes_itself(board: Board, world: World, member: Person) -> None:
+def test_a_token_revokes_itself(board: LiveBoard, world: World, member: Person) -> None:
     prefix = member.token[:16]
     with board.client(member.token) as c:
         gone = board.call(c, "DELETE", f"/api/v1/me/api-tokens/{prefix}")
@@ -86,7 +87,9 @@ def test_a_token_revokes_itself(board: Board, world: World, member: Person) -> N
     board.on_every_worker(hosts_with(board, world.a.slug, member.token), refused)
 
 
-def test_another_persons_prefix_is_not_found(board: Board, world: World, member: Person) -> None:
+def test_another_persons_prefix_is_not_found(
+    board: LiveBoard, world: World, member: Person
+) -> None:
     a = world.a
     for victim in (a.admin.token, world.b.admin.token, world.b.hosts[0].token):
         prefix = victim[: victim.index("_", 9)]
@@ -100,7 +103,7 @@ def test_another_persons_prefix_is_not_found(board: Board, world: World, member:
 
 
 def test_re_adding_with_another_role_ends_old_tokens(
-    board: Board, world: World, member: Person
+    board: LiveBoard, world: World, member: Person
 ) -> None:
     a = world.a
     extra = issue(board, member.token)
@@ -116,7 +119,7 @@ def test_re_adding_with_another_role_ends_old_tokens(
     assert members.status_code == 403, f"finance may not list members: {members}"
 
 
-def test_removal_ends_every_token(board: Board, world: World, member: Person) -> None:
+def test_removal_ends_every_token(board: LiveBoard, world: World, member: Person) -> None:
     a = world.a
     extra = issue(board, member.token)
     assert extra.status_code == 201, extra
@@ -129,7 +132,7 @@ def test_removal_ends_every_token(board: Board, world: World, member: Person) ->
             assert board.call(c, "POST", "/api/v1/me/api-tokens", json={}).status_code == 401
 
 
-def test_tokens_per_person_are_bounded(board: Board, world: World, member: Person) -> None:
+def test_tokens_per_person_are_bounded(board: LiveBoard, world: World, member: Person) -> None:
     """Minting tokens in a loop ends in a clear refusal, never a 500 or an endless list."""
     refusal = None
     for _ in range(60):

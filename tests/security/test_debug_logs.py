@@ -15,21 +15,25 @@ import pytest
 import websockets
 
 from tests.security.conftest import SETTINGS, World
-from tests.security.live import SECRET, Board, start_board, stop_board
 from tests.security.seed import claim, issue_enrollment, observation, push
+from tests.support.live import LiveBoard, start_board, stop_board
+from tests.support.replies import SECRET
 
 
 @pytest.fixture(scope="module")
 def debug_board(
-    board: Board, world: World, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Board]:
+    board: LiveBoard, world: World, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveBoard]:
     settings = {
         **SETTINGS,
         "GUA_BOARD_LOG_LEVEL": "debug",
         "GUA_BOARD_SECRET_KEY": board.env["GUA_BOARD_SECRET_KEY"],
     }
     served = start_board(
-        board.env["GUA_BOARD_DATABASE_URL"], tmp_path_factory.mktemp("debug-board"), settings
+        board.env["GUA_BOARD_DATABASE_URL"],
+        tmp_path_factory.mktemp("debug-board"),
+        settings,
+        workers=2,
     )
     # Same secrets to look for as the main board's.
     served.handed_out = board.handed_out
@@ -40,7 +44,7 @@ def debug_board(
         stop_board(served)
 
 
-def test_debug_log_holds_no_secret(debug_board: Board, world: World) -> None:
+def test_debug_log_holds_no_secret(debug_board: LiveBoard, world: World) -> None:
     b = debug_board
     a = world.a
     host = a.hosts[0]

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tests.security.conftest import World
-from tests.security.live import Board, measure_peaks
 from tests.security.routes import Endpoint, discover
 from tests.security.seed import Person, add_member, new_password, unique
+from tests.support.live import LiveBoard, measure_peaks
 
 HUGE_BODY = 256 * 1024 * 1024
 BODY_PEAK_MIB = 100
@@ -26,7 +26,7 @@ ODD_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "FOO
 
 
 @pytest.fixture(scope="module")
-def endpoints(board: Board, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
+def endpoints(board: LiveBoard, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
     with board.client() as c:
         schema = board.call(c, "GET", "/openapi.json").json()
     return discover(
@@ -46,7 +46,7 @@ def _a_values(world: World) -> dict[str, str]:
 
 
 def test_methods_a_route_does_not_have(
-    board: Board, world: World, endpoints: list[Endpoint]
+    board: LiveBoard, world: World, endpoints: list[Endpoint]
 ) -> None:
     """Every other method on every route: 405 (or 400/404/501), never a 2xx, never a 500."""
     allowed: dict[str, set[str]] = {}
@@ -69,7 +69,7 @@ def test_methods_a_route_does_not_have(
     assert not problems, "\n".join(problems)
 
 
-def test_method_override_headers_are_ignored(board: Board, world: World) -> None:
+def test_method_override_headers_are_ignored(board: LiveBoard, world: World) -> None:
     a = world.a
     email = f"{unique('override')}@alpha.example"
     reply = add_member(board, a.slug, a.admin.token, email, "member", None)
@@ -105,7 +105,7 @@ STATIC_TRAVERSALS = [
 
 
 @pytest.mark.parametrize("path", STATIC_TRAVERSALS)
-def test_static_files_stay_in_their_folder(board: Board, path: str) -> None:
+def test_static_files_stay_in_their_folder(board: LiveBoard, path: str) -> None:
     raw = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
     answer = _raw(board, raw)
     assert b"root:x:0" not in answer, answer[:300]
@@ -130,14 +130,14 @@ ODD_IDS = [
 
 
 @pytest.fixture(scope="module")
-def admin_page(board: Board, world: World) -> Iterator[tuple[httpx.Client, str]]:
+def admin_page(board: LiveBoard, world: World) -> Iterator[tuple[httpx.Client, str]]:
     a = world.a
     with board.signed_in(a.admin.email, a.admin.password) as c:
         yield c, board.csrf(c, "/account")
 
 
 def test_odd_ids_in_every_path(
-    board: Board,
+    board: LiveBoard,
     world: World,
     endpoints: list[Endpoint],
     admin_page: tuple[httpx.Client, str],
@@ -181,7 +181,7 @@ def test_odd_ids_in_every_path(
     assert not problems, f"{len(problems)} answers:\n" + "\n".join(sorted(set(problems)))
 
 
-def test_wildcards_in_prefixes_match_nothing(board: Board, world: World) -> None:
+def test_wildcards_in_prefixes_match_nothing(board: LiveBoard, world: World) -> None:
     """A LIKE-style pattern is not a prefix: it revokes no token."""
     a = world.a
     with board.client(a.member.token) as c:
@@ -199,7 +199,12 @@ def _stream(total: int, prefix: bytes) -> Iterator[bytes]:
 
 
 def _huge_post(
-    board: Board, method: str, path: str, content_type: str, prefix: bytes, token: str | None = None
+    board: LiveBoard,
+    method: str,
+    path: str,
+    content_type: str,
+    prefix: bytes,
+    token: str | None = None,
 ) -> tuple[str, float]:
     headers = {"Content-Type": content_type}
     if token:
@@ -228,7 +233,7 @@ def _huge_post(
     ],
 )
 def test_huge_body_from_a_stranger(
-    board: Board, world: World, method: str, path: str, content_type: str, prefix: bytes
+    board: LiveBoard, world: World, method: str, path: str, content_type: str, prefix: bytes
 ) -> None:
     """A 256 MiB body without credentials: refused without buffering it all in a worker."""
     outcome, grown = _huge_post(board, method, path.format(slug=world.a.slug), content_type, prefix)
@@ -240,7 +245,7 @@ def test_huge_body_from_a_stranger(
     )
 
 
-def test_huge_body_from_an_admin(board: Board, world: World) -> None:
+def test_huge_body_from_an_admin(board: LiveBoard, world: World) -> None:
     a = world.a
     outcome, grown = _huge_post(
         board,
@@ -254,7 +259,7 @@ def test_huge_body_from_an_admin(board: Board, world: World) -> None:
     assert grown < BODY_PEAK_MIB, f"a worker grew by {grown:.0f} MiB (answer: {outcome})"
 
 
-def _raw(board: Board, request: bytes) -> bytes:
+def _raw(board: LiveBoard, request: bytes) -> bytes:
     answer = b""
     with socket.create_connection(("127.0.0.1", board.port), timeout=60) as sock:
         try:
@@ -304,7 +309,7 @@ def _raw(board: Board, request: bytes) -> bytes:
         ),
     ],
 )
-def test_malformed_or_huge_requests(board: Board, label: str, request_bytes: bytes) -> None:
+def test_malformed_or_huge_requests(board: LiveBoard, label: str, request_bytes: bytes) -> None:
     with measure_peaks(board) as peaks:
         answer = _raw(board, request_bytes)
     status = answer[9:12] if answer.startswith(b"HTTP/1.1 ") else b"closed"
@@ -318,7 +323,7 @@ def test_malformed_or_huge_requests(board: Board, label: str, request_bytes: byt
 
 
 @pytest.fixture
-def teammate(board: Board, world: World) -> Person:
+def teammate(board: LiveBoard, world: World) -> Person:
     a = world.a
     email = f"{unique('teammate')}@alpha.example"
     reply = add_member(board, a.slug, a.admin.token, email, "member", new_password(board))
@@ -328,7 +333,7 @@ def teammate(board: Board, world: World) -> Person:
 
 @pytest.mark.parametrize("role", ["member", "finance"])
 def test_non_admins_cannot_administer(
-    board: Board, world: World, teammate: Person, role: str
+    board: LiveBoard, world: World, teammate: Person, role: str
 ) -> None:
     a = world.a
     token = a.person(role).token
@@ -369,7 +374,7 @@ def test_non_admins_cannot_administer(
     assert teammate.email in roles
 
 
-def test_finance_sees_no_process_details(board: Board, world: World) -> None:
+def test_finance_sees_no_process_details(board: LiveBoard, world: World) -> None:
     """The role table: finance reads reports and the host inventory, no process details."""
     a = world.a
     secret_user = world.a_linux_user
@@ -406,7 +411,7 @@ def test_finance_sees_no_process_details(board: Board, world: World) -> None:
         "Bearer \u00e9{t}",
     ],
 )
-def test_odd_authorization_headers(board: Board, world: World, authorization: str) -> None:
+def test_odd_authorization_headers(board: LiveBoard, world: World, authorization: str) -> None:
     a = world.a
     value = authorization.format(t=a.admin.token)
     with board.client() as c:  # as raw bytes: a non-ASCII byte is sent as it is
@@ -423,7 +428,7 @@ def test_odd_authorization_headers(board: Board, world: World, authorization: st
     assert reply.status_code in (400, 401, 431), reply
 
 
-def test_token_in_the_query_string_is_not_a_credential(board: Board, world: World) -> None:
+def test_token_in_the_query_string_is_not_a_credential(board: LiveBoard, world: World) -> None:
     a = world.a
     with board.client() as c:
         for name in ("token", "access_token", "api_key"):

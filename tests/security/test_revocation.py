@@ -13,14 +13,22 @@ import pytest
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from tests.security.live import Board, Reply
-from tests.security.seed import Host, Tenant, enroll, observation, unique
+from tests.security.seed import (
+    Host,
+    Tenant,
+    enroll,
+    observation,
+    push,
+    unique,
+)
+from tests.support.live import LiveBoard
+from tests.support.replies import Reply, refused
 
 CLOSE_DEADLINE_S = 10.0
 POLL_DEADLINE_S = 5.0
 
 
-def _ws_url(board: Board) -> str:
+def _ws_url(board: LiveBoard) -> str:
     return board.url.replace("http", "ws", 1) + "/agent/v1/stream"
 
 
@@ -34,7 +42,7 @@ def _util() -> str:
     )
 
 
-async def _open_on_every_worker(board: Board, host: Host) -> list[tuple[ClientConnection, int]]:
+async def _open_on_every_worker(board: LiveBoard, host: Host) -> list[tuple[ClientConnection, int]]:
     """Sockets of the host's agent until each worker holds at least one (at most 12)."""
     sockets: list[tuple[ClientConnection, int]] = []
     workers = set(board.worker_pids())
@@ -52,14 +60,14 @@ async def _keep_sending(ws: ClientConnection) -> None:
             await asyncio.sleep(1)
 
 
-def _revoke_api(board: Board, tenant: Tenant, host: Host) -> Reply:
+def _revoke_api(board: LiveBoard, tenant: Tenant, host: Host) -> Reply:
     with board.client(tenant.admin.token) as c:
         return board.call(
             c, "POST", f"/api/v1/workspaces/{tenant.slug}/hosts/{host.host_id}/revoke"
         )
 
 
-def _revoke_page(board: Board, tenant: Tenant, host: Host) -> Reply:
+def _revoke_page(board: LiveBoard, tenant: Tenant, host: Host) -> Reply:
     with board.signed_in(tenant.admin.email, tenant.admin.password) as c:
         csrf = board.csrf(c, f"/w/{tenant.slug}/admin")
         return board.call(
@@ -70,7 +78,7 @@ def _revoke_page(board: Board, tenant: Tenant, host: Host) -> Reply:
         )
 
 
-REVOKES: dict[str, Callable[[Board, Tenant, Host], Reply]] = {
+REVOKES: dict[str, Callable[[LiveBoard, Tenant, Host], Reply]] = {
     "api": _revoke_api,
     "page": _revoke_page,
 }
@@ -78,7 +86,7 @@ REVOKES: dict[str, Callable[[Board, Tenant, Host], Reply]] = {
 
 @pytest.mark.parametrize("how", list(REVOKES))
 def test_revoke_closes_open_sockets_in_every_worker(
-    board: Board, scratch: Tenant, how: str
+    board: LiveBoard, scratch: Tenant, how: str
 ) -> None:
     host = enroll(board, scratch, unique(f"revoked-{how}"))
 
@@ -109,7 +117,7 @@ def test_revoke_closes_open_sockets_in_every_worker(
     )
 
 
-def _until_refused(send: Callable[[httpx.Client], Reply], board: Board) -> None:
+def _until_refused(send: Callable[[httpx.Client], Reply], board: LiveBoard) -> None:
     """The first refusal within the deadline (a revoke may take a moment to reach all)."""
     end = time.monotonic() + POLL_DEADLINE_S
     while True:
@@ -120,7 +128,7 @@ def _until_refused(send: Callable[[httpx.Client], Reply], board: Board) -> None:
         time.sleep(0.2)
 
 
-def test_revoked_token_is_refused_everywhere(board: Board, scratch: Tenant) -> None:
+def test_revoked_token_is_refused_everywhere(board: LiveBoard, scratch: Tenant) -> None:
     host = enroll(board, scratch, unique("revoked-token"))
     date = time.strftime("%Y-%m-%d", time.gmtime(time.time() - 86400))
 
@@ -173,3 +181,19 @@ def test_revoked_token_is_refused_everywhere(board: Board, scratch: Tenant) -> N
 
     outcomes = {asyncio.run(upgrade()) for _ in range(8)}
     assert outcomes <= {"401", "403"}, outcomes
+
+
+def test_a_revoked_host_token_opens_nothing(board: LiveBoard, scratch: Tenant, host: Host) -> None:
+    with board.client(scratch.admin.token) as c:
+        revoked = board.call(
+            c, "POST", f"/api/v1/workspaces/{scratch.slug}/hosts/{host.host_id}/revoke"
+        )
+    assert revoked.status_code == 200, revoked
+    with board.client(host.token) as c:
+        for method, path in (
+            ("GET", "/agent/v1/archives"),
+            ("DELETE", "/agent/v1/archives?olderThanDays=1"),
+            ("POST", "/agent/v1/archives?date=2026-01-01&table=gpu_sample"),
+        ):
+            refused(board.call(c, method, path, content=b"x"), 401)
+    refused(push(board, host, observation()), 401)

@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from tests.security.conftest import MAX_FAILURES, World
-from tests.security.live import Board, Reply, measure_peaks
 from tests.security.seed import Person, add_member, new_password, unique
+from tests.support.live import LiveBoard, measure_peaks
+from tests.support.replies import Reply
 
 FLOOD = 200
 CONCURRENT = 32
@@ -26,7 +27,7 @@ BOUND_MIB = 300
 
 
 @pytest.fixture
-def person(board: Board, world: World) -> Person:
+def person(board: LiveBoard, world: World) -> Person:
     a = world.a
     email = f"{unique('limited')}@alpha.example"
     password = new_password(board)
@@ -44,13 +45,13 @@ def address() -> str:
     return f"198.18.{n // 250}.{n % 250 + 1}"
 
 
-def attempt(board: Board, email: str, password: str, forwarded_for: str | None) -> Reply:
+def attempt(board: LiveBoard, email: str, password: str, forwarded_for: str | None) -> Reply:
     headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else None
     with board.client() as c:
         return board.sign_in(c, email, password, headers=headers)
 
 
-def test_flood_of_unknown_emails_keeps_workers_small(board: Board, world: World) -> None:
+def test_flood_of_unknown_emails_keeps_workers_small(board: LiveBoard, world: World) -> None:
     def one(i: int) -> int:
         try:
             reply = attempt(
@@ -77,7 +78,7 @@ def test_flood_of_unknown_emails_keeps_workers_small(board: Board, world: World)
     assert attempt(board, a.admin.email, a.admin.password, address()).status_code == 303
 
 
-def test_failure_limit_holds_across_workers(board: Board, person: Person) -> None:
+def test_failure_limit_holds_across_workers(board: LiveBoard, person: Person) -> None:
     where = address()
     for i in range(MAX_FAILURES):
         reply = attempt(board, person.email, f"wrong-{i}", where)
@@ -97,7 +98,7 @@ def test_failure_limit_holds_across_workers(board: Board, person: Person) -> Non
     assert attempt(board, person.email, person.password, address()).status_code == 303
 
 
-def test_forwarded_for_from_an_untrusted_peer_is_ignored(board: Board, person: Person) -> None:
+def test_forwarded_for_from_an_untrusted_peer_is_ignored(board: LiveBoard, person: Person) -> None:
     """Only the trusted proxy may name the client: a direct client spoofing
     X-Forwarded-For still counts as itself, so rotating the header does not reset the limit."""
     untrusted = "127.0.0.2"
@@ -114,7 +115,7 @@ def test_forwarded_for_from_an_untrusted_peer_is_ignored(board: Board, person: P
     )
 
 
-def test_429_says_when_to_retry(board: Board, person: Person) -> None:
+def test_429_says_when_to_retry(board: LiveBoard, person: Person) -> None:
     where = address()
     for i in range(MAX_FAILURES):
         attempt(board, person.email, f"wrong-{i}", where)
@@ -123,7 +124,7 @@ def test_429_says_when_to_retry(board: Board, person: Person) -> None:
     assert reply.headers.get("retry-after", "").isdigit(), reply.headers
 
 
-def test_unknown_email_and_wrong_password_look_the_same(board: Board, person: Person) -> None:
+def test_unknown_email_and_wrong_password_look_the_same(board: LiveBoard, person: Person) -> None:
     """No account enumeration through sign-in: same status, same sentence."""
     known = attempt(board, person.email, "wrong-password", address())
     unknown = attempt(board, f"{unique('ghost')}@alpha.example", "wrong-password", address())

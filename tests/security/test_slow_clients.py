@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import pytest
 
 from tests.security.conftest import BODY_SECONDS, World
-from tests.security.live import Board
 from tests.security.seed import observation
+from tests.support.live import LiveBoard
 
 STEP = 0.5
 IDLE_SOCKETS = 20
@@ -101,7 +101,7 @@ class Results:
 
 
 @pytest.fixture(scope="module")
-def results(board: Board, world: World) -> Results:
+def results(board: LiveBoard, world: World) -> Results:
     port = board.port
     agent = f"Authorization: Bearer {world.a.hosts[0].token}"
     padded = [f"X-Pad-{i}: {'a' * 20}" for i in range(3)]
@@ -205,7 +205,7 @@ def test_others_are_served_meanwhile(results: Results) -> None:
     assert all(line.endswith("200") for line in results.normal), results.normal
 
 
-def test_a_whole_body_in_time_is_accepted(board: Board, world: World) -> None:
+def test_a_whole_body_in_time_is_accepted(board: LiveBoard, world: World) -> None:
     """The body limits bound slowness, not size: a normal upload within them works."""
     assert BODY_SECONDS > 1
     body = observation()

@@ -25,9 +25,10 @@ import pytest
 import websockets
 
 from tests.security.conftest import World
-from tests.security.live import Board, Reply
 from tests.security.routes import Endpoint, discover
 from tests.security.seed import observation, push
+from tests.support.live import LiveBoard
+from tests.support.replies import Reply
 
 REFUSED = {401, 403, 404, 405}
 _TODAY = datetime.now(UTC).date()
@@ -171,7 +172,7 @@ def calls_for(endpoint: Endpoint, world: World) -> Iterator[Call]:
             yield Call(endpoint, url, body, form if endpoint.is_page else None, b_in_path, all_b)
 
 
-def send(board: Board, who: Identity, call: Call) -> Reply:
+def send(board: LiveBoard, who: Identity, call: Call) -> Reply:
     kw: dict[str, Any] = {}
     method = call.endpoint.method
     if method in ("POST", "PUT", "PATCH", "DELETE"):
@@ -206,14 +207,14 @@ def problems_of(reply: Reply, call: Call, world: World) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def endpoints(board: Board, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
+def endpoints(board: LiveBoard, tmp_path_factory: pytest.TempPathFactory) -> list[Endpoint]:
     with board.client() as c:
         schema = board.call(c, "GET", "/openapi.json").json()
     return discover(schema, tmp_path_factory.mktemp("routes"), board.env["GUA_BOARD_DATABASE_URL"])
 
 
 @pytest.fixture(scope="module")
-def identities(board: Board, world: World) -> Iterator[list[Identity]]:
+def identities(board: LiveBoard, world: World) -> Iterator[list[Identity]]:
     made = [Identity("nobody", board.client())]
     for role in ROLES:
         person = world.a.person(role)
@@ -242,7 +243,7 @@ def test_the_sweep_finds_every_kind_of_route(endpoints: list[Endpoint]) -> None:
 
 
 def test_no_route_serves_b_to_a(
-    board: Board, world: World, endpoints: list[Endpoint], identities: list[Identity]
+    board: LiveBoard, world: World, endpoints: list[Endpoint], identities: list[Identity]
 ) -> None:
     problems: list[str] = []
     swept = 0
@@ -260,7 +261,7 @@ def test_no_route_serves_b_to_a(
 
 
 def test_routes_without_ids_leak_nothing_of_b(
-    board: Board, world: World, endpoints: list[Endpoint], identities: list[Identity]
+    board: LiveBoard, world: World, endpoints: list[Endpoint], identities: list[Identity]
 ) -> None:
     """GET routes that name no workspace: A's own view, never B's names, never a 500."""
     problems = []
@@ -276,7 +277,7 @@ def test_routes_without_ids_leak_nothing_of_b(
 
 
 def test_websockets_refuse_people_and_strangers(
-    board: Board, world: World, endpoints: list[Endpoint], identities: list[Identity]
+    board: LiveBoard, world: World, endpoints: list[Endpoint], identities: list[Identity]
 ) -> None:
     """A person's token or cookie is not an agent token: the upgrade is refused."""
 
@@ -308,7 +309,7 @@ def test_websockets_refuse_people_and_strangers(
 # ---- the agent side: A's agent token, B's ids -------------------------------------------
 
 
-def _b_host(board: Board, world: World) -> dict[str, Any]:
+def _b_host(board: LiveBoard, world: World) -> dict[str, Any]:
     b = world.b
     with board.client(b.admin.token) as c:
         reply = board.call(c, "GET", f"/api/v1/workspaces/{b.slug}/hosts/{b.hosts[0].host_id}")
@@ -317,7 +318,7 @@ def _b_host(board: Board, world: World) -> dict[str, Any]:
     return host
 
 
-def test_a_push_naming_b_host_lands_on_a_host_only(board: Board, world: World) -> None:
+def test_a_push_naming_b_host_lands_on_a_host_only(board: LiveBoard, world: World) -> None:
     before = _b_host(board, world)
     body = observation(users=("alpha-pushes-as-b",))
     body["host"]["hostId"] = world.b.hosts[0].host_id
@@ -336,7 +337,7 @@ def test_a_push_naming_b_host_lands_on_a_host_only(board: Board, world: World) -
     assert "alpha-pushes-as-b" in mine.text
 
 
-def test_a_agent_never_sees_or_prunes_b_archives(board: Board, world: World) -> None:
+def test_a_agent_never_sees_or_prunes_b_archives(board: LiveBoard, world: World) -> None:
     b_host = world.b.hosts[0]
     with board.client(b_host.token) as c:
         b_before = board.call(c, "GET", "/agent/v1/archives").json()
@@ -351,7 +352,7 @@ def test_a_agent_never_sees_or_prunes_b_archives(board: Board, world: World) -> 
         assert board.call(c, "GET", "/agent/v1/archives").json() == b_before
 
 
-def test_tokens_of_one_kind_do_not_open_another(board: Board, world: World) -> None:
+def test_tokens_of_one_kind_do_not_open_another(board: LiveBoard, world: World) -> None:
     """An agent token is not an API token, an API token is not an agent token."""
     a = world.a
     with board.client(a.hosts[0].token) as c:
@@ -372,7 +373,7 @@ def test_tokens_of_one_kind_do_not_open_another(board: Board, world: World) -> N
         assert archives.status_code == 401, archives
 
 
-def test_b_enrollment_prefix_is_not_a_token(board: Board, world: World) -> None:
+def test_b_enrollment_prefix_is_not_a_token(board: LiveBoard, world: World) -> None:
     if not world.b_enrollment_prefix:
         pytest.fail("B's pending enrollment token was not listed")
     with board.client() as c:
@@ -386,7 +387,7 @@ def test_b_enrollment_prefix_is_not_a_token(board: Board, world: World) -> None:
     reply.detail()
 
 
-def test_a_stream_never_reaches_b(board: Board, world: World) -> None:
+def test_a_stream_never_reaches_b(board: LiveBoard, world: World) -> None:
     """A's agent streaming live samples shows them to A's people only."""
     a_host = world.a.hosts[0]
 

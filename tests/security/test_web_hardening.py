@@ -6,6 +6,8 @@
   with 403 and changes nothing.
 - `next` after sign-in never leaves the board, however it is spelled.
 - What a visitor types is never reflected as markup; redirects never name the Host header.
+- Every kind of page answer (HTML, the refresh JSON, CSV, the event stream, error pages)
+  carries the security headers and is never cached.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from urllib.parse import quote, urljoin, urlsplit
 import pytest
 
 from tests.security.conftest import World
-from tests.security.live import Board, Reply, csrf_of
 from tests.security.routes import Endpoint, discover
 from tests.security.seed import (
     Host,
@@ -34,6 +35,8 @@ from tests.security.seed import (
     push,
     unique,
 )
+from tests.support.live import LiveBoard
+from tests.support.replies import Reply, csrf_of
 
 
 def _session_cookie(reply: Reply) -> str:
@@ -48,7 +51,7 @@ def _attributes(set_cookie: str) -> set[str]:
 
 
 @pytest.fixture
-def person(board: Board, world: World) -> Person:
+def person(board: LiveBoard, world: World) -> Person:
     a = world.a
     email = f"{unique('web')}@alpha.example"
     password = new_password(board)
@@ -60,7 +63,7 @@ def person(board: Board, world: World) -> Person:
 # ---- cookies -------------------------------------------------------------------------------
 
 
-def test_session_cookie_is_secure_behind_an_https_proxy(board: Board, person: Person) -> None:
+def test_session_cookie_is_secure_behind_an_https_proxy(board: LiveBoard, person: Person) -> None:
     https = {"X-Forwarded-Proto": "https"}
     with board.client() as c:
         form = board.call(c, "GET", "/signin", headers=https)
@@ -85,14 +88,16 @@ def test_session_cookie_is_secure_behind_an_https_proxy(board: Board, person: Pe
     assert {"secure", "httponly", "samesite"} <= attributes, attributes
 
 
-def test_session_cookie_is_httponly_and_samesite_over_http(board: Board, person: Person) -> None:
+def test_session_cookie_is_httponly_and_samesite_over_http(
+    board: LiveBoard, person: Person
+) -> None:
     with board.client() as c:
         reply = board.sign_in(c, person.email, person.password)
     attributes = _attributes(_session_cookie(reply))
     assert {"httponly", "samesite"} <= attributes, attributes
 
 
-def test_the_api_ignores_session_cookies(board: Board, world: World, person: Person) -> None:
+def test_the_api_ignores_session_cookies(board: LiveBoard, world: World, person: Person) -> None:
     """Cookies never authenticate the API, so no API call can be forged cross-site."""
     a = world.a
     with board.signed_in(person.email, person.password) as c:
@@ -121,7 +126,7 @@ class Targets:
 
 
 @pytest.fixture
-def targets(board: Board, scratch: Tenant) -> Targets:
+def targets(board: LiveBoard, scratch: Tenant) -> Targets:
     """A signed-in admin of the scratch workspace, and things a forged form could harm."""
     people = []
     for role in ("admin", "member"):
@@ -177,7 +182,7 @@ FORM = {
 
 
 def test_every_form_post_needs_the_session_csrf_token(
-    board: Board, targets: Targets, tmp_path_factory: pytest.TempPathFactory
+    board: LiveBoard, targets: Targets, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     with board.client() as c:
         schema = board.call(c, "GET", "/openapi.json").json()
@@ -264,7 +269,7 @@ def browser_target(base: str, location: str) -> str:
 
 
 @pytest.mark.parametrize("evil", EVIL_NEXT)
-def test_next_never_leaves_the_board(board: Board, person: Person, evil: str) -> None:
+def test_next_never_leaves_the_board(board: LiveBoard, person: Person, evil: str) -> None:
     with board.client() as c:
         reply = board.sign_in(c, person.email, person.password, next=evil)
         assert reply.status_code == 303, reply
@@ -289,7 +294,7 @@ def _no_markup(reply: Reply) -> None:
     assert "onerror=alert(2)>" not in reply.text, reply
 
 
-def test_what_a_visitor_types_is_not_markup(board: Board, world: World, person: Person) -> None:
+def test_what_a_visitor_types_is_not_markup(board: LiveBoard, world: World, person: Person) -> None:
     with board.client() as c:
         form = board.call(c, "GET", "/signin", params={"next": "/" + SCRIPT})
         _no_markup(form)
@@ -327,7 +332,7 @@ def test_what_a_visitor_types_is_not_markup(board: Board, world: World, person: 
         _no_markup(added)
 
 
-def test_pages_carry_the_security_headers(board: Board, world: World, person: Person) -> None:
+def test_pages_carry_the_security_headers(board: LiveBoard, world: World, person: Person) -> None:
     with board.signed_in(person.email, person.password) as c:
         for path in ("/signin", "/account", f"/w/{world.a.slug}/", f"/w/{world.a.slug}/admin"):
             reply = board.call(c, "GET", path)
@@ -344,7 +349,9 @@ def test_pages_carry_the_security_headers(board: Board, world: World, person: Pe
 # ---- the Host header ---------------------------------------------------------------------------
 
 
-def test_redirects_never_name_the_host_header(board: Board, world: World, person: Person) -> None:
+def test_redirects_never_name_the_host_header(
+    board: LiveBoard, world: World, person: Person
+) -> None:
     evil = {"Host": "evil.example"}
     with board.client() as c:
         unsigned = board.call(c, "GET", f"/w/{world.a.slug}/admin", headers=evil)
@@ -384,7 +391,7 @@ def test_redirects_never_name_the_host_header(board: Board, world: World, person
         b"\xff\xfe",
     ],
 )
-def test_odd_host_headers_are_refused_cleanly(board: Board, host_header: bytes) -> None:
+def test_odd_host_headers_are_refused_cleanly(board: LiveBoard, host_header: bytes) -> None:
     raw = b"GET /signin HTTP/1.1\r\nHost: " + host_header + b"\r\nConnection: close\r\n\r\n"
     with socket.create_connection(("127.0.0.1", board.port), timeout=60) as sock:
         sock.sendall(raw)
@@ -397,3 +404,61 @@ def test_odd_host_headers_are_refused_cleanly(board: Board, host_header: bytes) 
     status = answer.split(b" ", 2)[1] if answer.startswith(b"HTTP/1.1 ") else b"(closed)"
     assert not status.startswith(b"5"), answer[:300]
     assert b"X-Injected" not in answer.split(b"\r\n\r\n")[0], answer[:300]
+
+
+def _guarded(reply: Reply, what: str) -> list[str]:
+    h = reply.headers
+    problems = []
+    if "frame-ancestors 'none'" not in h.get("content-security-policy", ""):
+        problems.append(f"{what}: no CSP frame-ancestors ({reply})")
+    if "script-src 'self'" not in h.get("content-security-policy", ""):
+        problems.append(f"{what}: no CSP script-src ({reply})")
+    if h.get("x-frame-options") != "DENY":
+        problems.append(f"{what}: X-Frame-Options {h.get('x-frame-options')!r}")
+    if h.get("x-content-type-options") != "nosniff":
+        problems.append(f"{what}: X-Content-Type-Options {h.get('x-content-type-options')!r}")
+    if not h.get("referrer-policy"):
+        problems.append(f"{what}: no Referrer-Policy")
+    if "no-store" not in h.get("cache-control", ""):
+        problems.append(f"{what}: Cache-Control {h.get('cache-control')!r}")
+    return problems
+
+
+def test_every_kind_of_page_answer_carries_the_security_headers(
+    board: LiveBoard, world: World, person: Person
+) -> None:
+    a = world.a
+    s = f"/w/{a.slug}"
+    host = a.hosts[0].host_id
+    problems: list[str] = []
+    with board.client() as anonymous:
+        for path in ("/signin", f"{s}/admin", f"{s}/fleet.json", "/notices/snooze?token=x"):
+            problems += _guarded(board.call(anonymous, "GET", path), f"signed out: {path}")
+    with board.signed_in(person.email, person.password) as c:
+        for path in (
+            "/account",
+            f"{s}/",
+            f"{s}/fleet.json",
+            f"{s}/hosts/{host}",
+            f"{s}/hosts/{host}.json",
+            f"{s}/hosts/{host}/stream",
+            f"{s}/usage.csv",
+            f"{s}/statements.csv",
+            f"{s}/usage?from=not-a-date",  # a 422 page
+            f"{s}/usage.csv?from=not-a-date",  # a 422 JSON
+            f"{s}/hosts/not-a-host",  # a 404 page
+            f"/w/{world.b.slug}/",  # another workspace: 404
+            "/signin",  # a redirect
+        ):
+            reply = board.call(c, "GET", path)
+            assert reply.status_code < 500, reply
+            problems += _guarded(reply, path)
+        fleet = board.call(c, "GET", f"{s}/fleet.json")
+        etag = fleet.headers.get("etag", "")
+        again = board.call(c, "GET", f"{s}/fleet.json", headers={"If-None-Match": etag})
+        if again.status_code == 304:  # a host may have pushed in between
+            problems += _guarded(again, "fleet.json 304")
+        forged = board.call(c, "POST", f"{s}/admin/settings", data={"csrf_token": "forged"})
+        assert forged.status_code == 403, forged
+        problems += _guarded(forged, "a refused form")
+    assert not problems, "\n".join(problems)

@@ -12,7 +12,6 @@ import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +23,8 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import httpx
 import pytest
 
+from tests.support.ports import free_port
+
 PROVIDER_DIR = Path(__file__).resolve().parent / "provider"
 CLIENT_ID = "gua-board"
 CLIENT_SECRET = "test-client-secret-0123456789"
@@ -31,13 +32,6 @@ ASGI_BASE = "http://board.test"
 CALLBACK = f"{ASGI_BASE}/signin/sso/test/callback"
 _FORM_ACTION = re.compile(r'<form[^>]*action="([^"]+)"')
 _INPUT = re.compile(r'<input[^>]*type="hidden"[^>]*name="([^"]+)"[^>]*value="([^"]*)"')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.web.helpers import WIDTHS
+from tests.board.builders import Tenant, enroll
+from tests.board.test_reports_builders import gpu, proc
+from tests.web.helpers import WIDTHS, observe, signed_in
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -110,3 +113,22 @@ async def page(browser: Any) -> AsyncIterator[Any]:
     finally:
         await context.close()
     assert not errors, f"the page logged errors: {errors}"
+
+
+@pytest.fixture
+async def fleet(app: Any, client: httpx.AsyncClient) -> tuple[Tenant, str]:
+    """A signed-in admin's workspace with a host whose GPU 0 `a_b` holds idle and whose
+    GPU 1 `axb` holds busy; the host's id."""
+    tenant = await signed_in(app, client, "fleetparams")
+    host = await enroll(client, tenant, "params-node")
+    at = datetime.now(UTC) - timedelta(seconds=30)
+    await observe(
+        client,
+        host["agentToken"],
+        at,
+        [
+            gpu(0, util=0, state="idle_held", procs=[proc("a_b")]),
+            gpu(1, util=90, state="active", procs=[proc("axb")]),
+        ],
+    )
+    return tenant, str(host["hostId"])

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.board.builders import Tenant, make_tenant, push
+from tests.board.test_reports_builders import observation
 
 PASSWORD = "correct-horse-battery"
 # The committed screenshots are rewritten only when asked (`make screenshots`); other runs
@@ -62,3 +66,44 @@ async def screenshots(page: Any, name: str) -> None:
         assert scroll <= width, f"{name} scrolls sideways at {width}px ({scroll}px wide)"
         await page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
     await page.set_viewport_size({"width": WIDTHS[0], "height": 900})
+
+
+def browser(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://board.test")
+
+
+async def admin_browser(app: Any, tenant: Tenant) -> tuple[httpx.AsyncClient, str]:
+    """A browser signed in as the tenant's admin, and a CSRF token of its admin page."""
+    b = browser(app)
+    r = await sign_in(b, f"admin@{tenant.slug}.example", PASSWORD)
+    assert r.status_code in (200, 303), r.text[:300]
+    page = await b.get(f"/w/{tenant.slug}/admin")
+    assert page.status_code == 200, page.text[:300]
+    return b, csrf_of(page.text)
+
+
+async def signed_in(app: Any, client: httpx.AsyncClient, slug: str) -> Tenant:
+    tenant = await make_tenant(app, slug)
+    r = await sign_in(client, f"admin@{slug}.example")
+    assert r.status_code == 303, r.text
+    # A day: no host here turns stale while a slow machine runs the test.
+    r = await client.patch(
+        f"/api/v1/workspaces/{slug}/settings",
+        json={"staleAfterSeconds": 86400},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    return tenant
+
+
+async def observe(
+    client: httpx.AsyncClient, agent_token: str, at: datetime, gpus: list[dict[str, Any]]
+) -> None:
+    r = await push(client, agent_token, observation(at, gpus))
+    assert r.status_code == 202, r.text
+
+
+def encoded(value: str) -> str:
+    from urllib.parse import quote
+
+    return value if value.startswith("%") else quote(value, safe="")

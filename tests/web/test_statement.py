@@ -12,8 +12,11 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
+
+import httpx
 
 from tests.board.builders import make_tenant
 from tests.board.money_builders import A100, build_fleet, set_team
@@ -123,3 +126,33 @@ async def test_statement_bad_month_and_tenancy(app, client) -> None:
     # Another workspace's statements are not found.
     assert (await client.get("/w/other/statements")).status_code == 404
     assert (await client.get("/w/other/statements.csv")).status_code == 404
+
+
+async def test_statement_months_in_other_digits_are_refused(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """Was a 200 for 2026-11: the month was matched with Unicode digits, as no other
+    date parameter of the board is."""
+    from tests.board.builders import make_tenant
+    from tests.web.helpers import sign_in
+
+    slug = f"months-{datetime.now(UTC):%H%M%S%f}"
+    await make_tenant(app, slug)
+    r = await sign_in(client, f"admin@{slug}.example", "correct-horse-battery")
+    assert r.status_code == 303, r.text
+    for path in ("statements", "statements.csv"):
+        ok = await client.get(f"/w/{slug}/{path}", params={"month": "2026-11", "unassigned": "1"})
+        assert ok.status_code == 200, ok.text[:300]
+        for month in (
+            "\u0662\u0660\u0662\u0666-\u0661\u0661",  # Arabic-Indic
+            "\uff12\uff10\uff12\uff16-11",  # full-width
+            "2026-\u0967\u0967",  # Devanagari
+            "2026-11-01",
+            "2026-13",
+            "1999-12",
+            "2026-1",
+            "2026/11",
+            "x" * 10_000,
+        ):
+            r = await client.get(f"/w/{slug}/{path}", params={"month": month, "unassigned": "1"})
+            assert r.status_code == 422, (path, month, r.status_code, r.text[:300])

@@ -1,4 +1,6 @@
-"""CSV formula injection: names chosen by a host never become live spreadsheet formulas.
+"""Every CSV route of the served board: names chosen by a host never become live
+spreadsheet formulas. (The CSV writer's cells and the in-process reports:
+tests/board/test_csv_injection.py.)
 
 Host names, Linux users, process and GPU names come from agents. In every CSV the board
 writes (the API's reports with each grouping, the usage page's download, and any CSV route
@@ -17,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from tests.security.live import Board, Reply
 from tests.security.routes import discover
 from tests.security.seed import Tenant, claim, issue_enrollment, push_history
+from tests.support.live import LiveBoard
+from tests.support.replies import Reply
 
 EVIL = (
     '=HYPERLINK("http://x","y")',
@@ -43,7 +46,7 @@ class Evil:
 
 
 @pytest.fixture(scope="module")
-def evil(board: Board, scratch: Tenant) -> Evil:
+def evil(board: LiveBoard, scratch: Tenant) -> Evil:
     names = {
         "users": EVIL,
         "process_names": EVIL,
@@ -74,12 +77,12 @@ def live_formulas(reply: Reply) -> list[str]:
     return [c for c in cells(reply.text) if c.startswith(FORMULA_STARTS)]
 
 
-def get(board: Board, token: str, path: str, params: dict[str, Any]) -> Reply:
+def get(board: LiveBoard, token: str, path: str, params: dict[str, Any]) -> Reply:
     with board.client(token) as c:
         return board.call(c, "GET", path, params=params)
 
 
-def test_usage_csv_every_grouping(board: Board, evil: Evil) -> None:
+def test_usage_csv_every_grouping(board: LiveBoard, evil: Evil) -> None:
     t = evil.tenant
     seen: set[str] = set()
     for group in GROUPINGS:
@@ -99,7 +102,7 @@ def test_usage_csv_every_grouping(board: Board, evil: Evil) -> None:
         assert f"'{name}" in seen, f"{name!r} is missing from the usage CSVs"
 
 
-def test_utilization_csv_every_grouping(board: Board, evil: Evil) -> None:
+def test_utilization_csv_every_grouping(board: LiveBoard, evil: Evil) -> None:
     t = evil.tenant
     seen: set[str] = set()
     for group, bucket in itertools.product(("host", "gpu"), ("hour", "day")):
@@ -117,7 +120,7 @@ def test_utilization_csv_every_grouping(board: Board, evil: Evil) -> None:
     assert "'=1+1 preset" in seen
 
 
-def test_usage_page_download(board: Board, evil: Evil) -> None:
+def test_usage_page_download(board: LiveBoard, evil: Evil) -> None:
     t = evil.tenant
     with board.signed_in(t.finance.email, t.finance.password) as c:
         for group in GROUPINGS:
@@ -131,7 +134,7 @@ def test_usage_page_download(board: Board, evil: Evil) -> None:
 
 
 def test_every_csv_route_found_is_neutralized(
-    board: Board, evil: Evil, tmp_path_factory: pytest.TempPathFactory
+    board: LiveBoard, evil: Evil, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Any route that writes CSV (a `format` parameter or a .csv path), known or new."""
     t = evil.tenant
@@ -170,7 +173,7 @@ def test_every_csv_route_found_is_neutralized(
     assert not failures, "\n".join(failures)
 
 
-def test_json_keeps_the_names_unchanged(board: Board, evil: Evil) -> None:
+def test_json_keeps_the_names_unchanged(board: LiveBoard, evil: Evil) -> None:
     t = evil.tenant
     users = get(
         board,

@@ -1,4 +1,5 @@
-"""Revoking a host reaches every board process at once: tokens refused, sockets closed.
+"""Revoking a host: the first revoke's time stays, and it reaches every board process at
+once (tokens refused, sockets closed).
 
 Two app instances (two lifespans: two runtimes, two token caches, two listener
 connections) share one database, as two `gua-board serve` processes do. The host is
@@ -23,6 +24,7 @@ from board.app import create_app
 from board.auth import tokens
 from board.runtime import Runtime
 from board.settings import Settings
+from tests.board.answers import refused
 from tests.board.builders import enroll, example, make_tenant, retimed
 from tests.board.db import execute
 from tests.board.test_stream import agent_socket, serve, util_message
@@ -211,3 +213,21 @@ async def test_a_lookup_racing_a_revocation_does_not_cache_it(app: FastAPI, clie
     await access.authenticate(f"Bearer {host['agentToken']}")
     access._lookup = real_lookup  # type: ignore[method-assign]
     assert tokens.digest(host["agentToken"]) not in access.cache
+
+
+async def test_repeated_host_revokes_keep_the_first_time(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    tenant = await make_tenant(app, "rerevoke")
+    host = await enroll(client, tenant, "twice")
+    url = f"/api/v1/workspaces/{tenant.slug}/hosts/{host['hostId']}/revoke"
+    first = await client.post(url, headers=tenant.auth())
+    second = await client.post(url, headers=tenant.auth())
+    assert first.status_code == second.status_code == 200, (first.text, second.text)
+    assert first.json()["revokedAt"] == second.json()["revokedAt"]
+    r = await client.post(
+        "/agent/v1/observations",
+        json={},
+        headers={"Authorization": f"Bearer {host['agentToken']}"},
+    )
+    refused(r, 401)

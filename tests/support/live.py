@@ -1,10 +1,17 @@
-"""A real `gua-board serve --workers 2` on loopback, and how the tests talk to it.
+"""The live board: `gua-board serve` as a real process on a loopback port, against a
+database of the test's (a clone of the migrated template), and how tests talk to it.
 
-Every answer is read with a cap on bytes (an SSE stream or a runaway report must not hang a
-test), checked for token secrets the board handed out before (a secret is shown once, by
-the answer that issues it, never again), and can name the worker process that served it:
-the board's socket of the connection is looked up in /proc, so "in every worker" is
-something a test can check rather than hope for.
+One harness for every suite that needs real processes (security, operations, interop,
+the OpenAPI fuzzing, the live stream across processes). `start_board` takes the board's
+settings as environment variables, the number of workers, and optionally the address,
+the port and the secret key; it waits (a generous deadline) for /healthz and, with more
+than one worker, for every worker to be up.
+
+Every answer read through `LiveBoard.call` is capped in bytes (an SSE stream or a runaway
+report must not hang a test), checked for token secrets the board handed out before (a
+secret is shown once, by the answer that issues it, never again), and can name the worker
+process that served it: the board's socket of the connection is looked up in /proc, so
+"in every worker" is something a test can check rather than hope for.
 """
 
 from __future__ import annotations
@@ -12,9 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -25,121 +30,47 @@ from typing import Any
 
 import httpx
 
+from tests.support.ports import free_port
+from tests.support.processes import children, memory_kib, reset_peak, socket_inodes
+from tests.support.replies import SECRET, Reply, csrf_of
+
 BIN = Path(sys.executable).parent
-# A whole bearer secret: kind, 8 hex public id, "_", 256 random bits (url-safe base64).
-SECRET = re.compile(r"gua_[a-z]+_[0-9a-f]{8}_[A-Za-z0-9_-]{30,}")  # agent, pat, enroll, cal
-_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 TIMEOUT = httpx.Timeout(120.0, connect=30.0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+START_SECONDS = 180.0
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
-    """This process's environment without proxies and without any GUA_BOARD_ setting."""
+    """This process's environment without proxies, without any GUA_BOARD_ setting and
+    without a metrics directory of its own; then `extra`."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if "proxy" not in k.lower() and not k.startswith(("GUA_BOARD_", "FORWARDED_ALLOW_IPS"))
+        if "proxy" not in k.lower()
+        and not k.startswith(("GUA_BOARD_", "FORWARDED_ALLOW_IPS"))
+        and k not in ("PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR")
     }
     env["NO_PROXY"] = "127.0.0.1,localhost"
     env.update(extra)
     return env
 
 
-def csrf_of(html: str) -> str:
-    found = _CSRF.search(html)
-    assert found, f"no CSRF token in the page: {html[:300]!r}"
-    return found.group(1)
+def wait_for(check: Callable[[], Any], what: str, seconds: float = 60.0) -> Any:
+    """Poll `check` until it returns something truthy; fail after a generous deadline."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.2)
+
+
+# ---- the board ---------------------------------------------------------------------------
 
 
 @dataclass
-class Reply:
-    """An answer as read: status, headers, up to a cap of the body, and its worker."""
-
-    status_code: int
-    headers: httpx.Headers
-    content: bytes
-    complete: bool
-    worker: int | None
-    url: str
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        return json.loads(self.content)
-
-    def detail(self) -> str:
-        """The JSON string `detail` every refusal carries (asserted, not assumed)."""
-        try:
-            body = self.json()
-        except ValueError:
-            raise AssertionError(f"{self.status_code} is not JSON: {self.text[:300]!r}") from None
-        assert isinstance(body, dict), body
-        assert isinstance(body.get("detail"), str), f"no string detail: {body}"
-        return str(body["detail"])
-
-    def __repr__(self) -> str:
-        shown = SECRET.sub(lambda m: m.group(0)[:18] + "…", self.text[:400])
-        return f"<Reply {self.status_code} {self.url} {shown!r}>"
-
-
-def _socket_inodes(local_port: int, remote_port: int) -> set[str]:
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            local, remote, inode = parts[1], parts[2], parts[9]
-            if int(local.rsplit(":", 1)[1], 16) == local_port and (
-                int(remote.rsplit(":", 1)[1], 16) == remote_port
-            ):
-                found.add(inode)
-    return found
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid …": comm may hold spaces, so split after the last ")".
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            out.append(int(entry.name))
-    return out
-
-
-def memory_kib(pid: int, key: str) -> int:
-    """VmRSS / VmHWM of a process, in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{key}:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {key} for process {pid}")
-
-
-def reset_peak(pid: int) -> bool:
-    """Reset VmHWM to the current RSS (Linux: write 5 to clear_refs); False if not allowed."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-@dataclass
-class Board:
+class LiveBoard:
     url: str
     port: int
     env: dict[str, str] = field(repr=False)
@@ -149,7 +80,7 @@ class Board:
     handed_out: set[str] = field(default_factory=set, repr=False)
     passwords: set[str] = field(default_factory=set, repr=False)
 
-    # ---- processes -------------------------------------------------------------------
+    # ---- processes and the log ---------------------------------------------------------
     def worker_pids(self) -> list[int]:
         """The serving worker processes (uvicorn spawns them from the serve process)."""
         workers = []
@@ -163,7 +94,7 @@ class Board:
         return sorted(workers)
 
     def worker_serving(self, client_port: int) -> int | None:
-        inodes = _socket_inodes(self.port, client_port)
+        inodes = socket_inodes(self.port, client_port)
         if not inodes:
             return None
         wanted = {f"socket:[{inode}]" for inode in inodes}
@@ -183,8 +114,12 @@ class Board:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def log_lines(self) -> list[str]:
+        return self.log_text().splitlines()
+
     # ---- the command line --------------------------------------------------------------
     def cli(self, *args: str, stdin: str | None = None) -> str:
+        """`gua-board …` against the board's database and data directory; its stdout."""
         done = subprocess.run(
             [str(BIN / "gua-board"), *args],
             env=self.env,
@@ -224,6 +159,7 @@ class Board:
         forwarded_for: str | None = None,
         fresh_connections: bool = False,
         source_address: str | None = None,
+        **kw: Any,
     ) -> httpx.Client:
         """A client of this board; fresh_connections: one TCP connection per request."""
         headers = {}
@@ -240,7 +176,14 @@ class Board:
             follow_redirects=False,
             transport=transport,
             trust_env=False,
+            **kw,
         )
+
+    def metrics(self) -> str:
+        with self.client() as c:
+            r = c.get("/metrics")
+        assert r.status_code == 200, r.text
+        return r.text
 
     def call(
         self,
@@ -376,28 +319,50 @@ class Board:
         return seen
 
 
-def start_board(database_url: str, data_dir: Path, settings: dict[str, str]) -> Board:
-    """`gua-board serve --workers 2` on a free port; waits for /healthz (generous deadline)."""
-    port = free_port()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    env = clean_env(
+def board_env(
+    database_url: str,
+    data_dir: Path,
+    settings: dict[str, str] | None = None,
+    *,
+    secret_key: str | None = None,
+) -> dict[str, str]:
+    """The environment of a board on that database and data directory: a fresh secret key
+    (48 characters) unless one is given, then `settings` (GUA_BOARD_… variables)."""
+    return clean_env(
         {
             "GUA_BOARD_DATABASE_URL": database_url,
             "GUA_BOARD_DATA_DIR": str(data_dir),
-            "GUA_BOARD_SECRET_KEY": secrets.token_urlsafe(36),  # 48 characters
-            **settings,
+            "GUA_BOARD_SECRET_KEY": secret_key or secrets.token_urlsafe(36),
+            **(settings or {}),
         }
     )
-    log = data_dir / "serve.log"
+
+
+def start_board(
+    database_url: str,
+    data_dir: Path,
+    settings: dict[str, str] | None = None,
+    *,
+    workers: int = 1,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    secret_key: str | None = None,
+) -> LiveBoard:
+    """`gua-board serve` on a free port (or `port`); waits for /healthz and its workers."""
+    port = port or free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = board_env(database_url, data_dir, settings, secret_key=secret_key)
+    log = data_dir / f"serve-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(BIN / "gua-board"), "serve", "--port", str(port), "--workers", "2"],
+            [str(BIN / "gua-board"), "serve", "--host", host, "--port", str(port)]
+            + ["--workers", str(workers)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    board = Board(f"http://127.0.0.1:{port}", port, env, process, log)
-    deadline = time.monotonic() + 180
+    board = LiveBoard(f"http://127.0.0.1:{port}", port, env, process, log)
+    deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"gua-board serve exited: {board.log_text()[-3000:]}")
@@ -410,19 +375,24 @@ def start_board(database_url: str, data_dir: Path, settings: dict[str, str]) -> 
     else:
         stop_board(board)
         raise AssertionError(f"gua-board serve did not start: {board.log_text()[-3000:]}")
-    # Both workers up: they are spawned one after the other.
-    while len(board.worker_pids()) < 2 and time.monotonic() < deadline:
+    # Every worker up: uvicorn spawns them one after the other.
+    while workers > 1 and len(board.worker_pids()) < workers and time.monotonic() < deadline:
         time.sleep(0.3)
     return board
 
 
-def stop_board(board: Board) -> None:
+def stop_board(board: LiveBoard) -> None:
+    if board.process.poll() is not None:
+        return
     board.process.terminate()
     try:
         board.process.wait(30)
     except subprocess.TimeoutExpired:
         board.process.kill()
         board.process.wait(30)
+
+
+# ---- memory ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -438,7 +408,7 @@ class Peaks:
 
 
 @contextlib.contextmanager
-def measure_peaks(board: Board) -> Iterator[Peaks]:
+def measure_peaks(board: LiveBoard) -> Iterator[Peaks]:
     """Peak RSS growth of each worker while the with-block runs."""
     peaks = Peaks()
     for pid in board.worker_pids():

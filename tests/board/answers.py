@@ -1,5 +1,6 @@
-"""What the in-process hunt files (the app and a real PostgreSQL, no served board) share:
-how a refusal must look, and the audit rows of a workspace."""
+"""What an in-process answer (the app and a real PostgreSQL, no served board) must be: a
+refusal is a 4xx with a non-empty string detail and no token secret; and how many audit
+entries a workspace has, to show that a refusal recorded nothing."""
 
 from __future__ import annotations
 
@@ -30,6 +31,16 @@ async def audit_rows(app: Any, slug: str) -> int:
     found = await scalar(
         app,
         "SELECT count(*) FROM audit_events e JOIN workspaces w ON w.id = e.workspace_id "
+        "WHERE w.slug = %s",
+        slug,
+    )
+    return int(found)
+
+
+async def token_rows(app: Any, slug: str) -> int:
+    found = await scalar(
+        app,
+        "SELECT count(*) FROM enrollment_tokens t JOIN workspaces w ON w.id = t.workspace_id "
         "WHERE w.slug = %s",
         slug,
     )

@@ -1,4 +1,6 @@
-"""Slow clients are cut off: `gua-board serve --workers 2`, raw sockets, small deadlines.
+"""The HTTP server's deadlines for headers and bodies: `gua-board serve --workers 2` of
+its own with small deadlines (1-3 s), raw sockets. (The security suite's slow clients,
+test_slow_clients.py, run against its board's larger limits all at once.)
 
 A client that trickles its headers or body (or sends nothing) must lose its connection
 with a 408, or silently where nothing of a request came, instead of holding a worker.
@@ -9,20 +11,14 @@ say "cut off", never "cut off fast".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import select
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
@@ -32,13 +28,14 @@ from agent import AGENT_VERSION
 from agent.fake import FakeCollector
 from board.httpserver import BodyDeadlineMiddleware, uvicorn_options
 from board.settings import Settings
+from tests.support.databases import cloned_database
+from tests.support.live import start_board, stop_board
 
 HEADER_SECONDS = 1.0
 BODY_IDLE_SECONDS = 1.0
 BODY_SECONDS = 3.0
 CUT_OFF_WITHIN = 30.0  # seconds: generous, the machine is shared and slow
 TRICKLE_EVERY = 0.5
-BIN = Path(sys.executable).parent
 
 
 @dataclass
@@ -62,112 +59,58 @@ class Board:
         return httpx.get(f"{self.url}/healthz", timeout=CUT_OFF_WITHIN).status_code == 200
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [str(BIN / "gua-board"), *args], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def board(
     pg_admin_url: str, template_db: str, worker_tag: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Board]:
     """One server for the module (starting two workers is the slow part), own database."""
-    name = f"gua_t_{worker_tag}_slow_clients"
-    conninfo = psycopg.conninfo.conninfo_to_dict(pg_admin_url)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    host = conninfo.get("host") or "127.0.0.1"
-    database_url = (
-        f"postgresql://{conninfo.get('user') or 'postgres'}@/{name}"
-        f"?host={host}&port={conninfo.get('port') or 5432}"
-        if str(host).startswith("/")
-        else f"postgresql://{conninfo.get('user') or 'postgres'}@{host}:"
-        f"{conninfo.get('port') or 5432}/{name}"
-    )
-    data_dir = tmp_path_factory.mktemp("slow-clients")
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env.update(
-        {
-            "NO_PROXY": "127.0.0.1,localhost",
-            "GUA_BOARD_DATABASE_URL": database_url,
-            "GUA_BOARD_DATA_DIR": str(data_dir),
-            "GUA_BOARD_HTTP_HEADER_SECONDS": str(HEADER_SECONDS),
-            "GUA_BOARD_HTTP_BODY_IDLE_SECONDS": str(BODY_IDLE_SECONDS),
-            "GUA_BOARD_HTTP_BODY_SECONDS": str(BODY_SECONDS),
-        }
-    )
-    slug = "slow"
-    _cli(env, "create-workspace", slug, "--name", "Slow clients")
-    api_token = json.loads(
-        _cli(
-            env,
-            "create-user",
-            "admin@slow.example",
-            "--workspace",
-            slug,
-            "--role",
-            "admin",
-            "--json",
-        )
-    )["apiToken"]
-    enrollment_token = json.loads(_cli(env, "issue-token", "--workspace", slug, "--json"))[
-        "enrollmentToken"
-    ]
-
-    port = _free_port()
-    log = data_dir / "board.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(BIN / "gua-board"), "serve", "--port", str(port), "--workers", "2"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        while True:
-            assert process.poll() is None, f"gua-board serve exited: {log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no /healthz: {log.read_text()[-3000:]}"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.3)
-        claimed = httpx.post(
-            f"{url}/agent/v1/enrollments/claim",
-            json={
-                "enrollmentToken": enrollment_token,
-                "hostname": "slow-host",
-                "agentVersion": AGENT_VERSION,
-                "driverVersion": FakeCollector.driver_version,
+    with cloned_database(pg_admin_url, template_db, f"gua_t_{worker_tag}_slow_clients") as url:
+        served = start_board(
+            url,
+            tmp_path_factory.mktemp("slow-clients"),
+            {
+                "GUA_BOARD_HTTP_HEADER_SECONDS": str(HEADER_SECONDS),
+                "GUA_BOARD_HTTP_BODY_IDLE_SECONDS": str(BODY_IDLE_SECONDS),
+                "GUA_BOARD_HTTP_BODY_SECONDS": str(BODY_SECONDS),
             },
-            timeout=CUT_OFF_WITHIN,
+            workers=2,
         )
-        assert claimed.status_code == 201, claimed.text
-        yield Board("127.0.0.1", port, claimed.json()["agentToken"], api_token, slug)
-        assert process.poll() is None, f"gua-board serve died: {log.read_text()[-3000:]}"
-        # Nothing of the deadlines' code in a traceback (a loaded machine may log others:
-        # uvicorn restarts a worker that misses its 5 s health check while starting).
-        assert "board/httpserver.py" not in log.read_text(), log.read_text()[-3000:]
-    finally:
-        process.terminate()
         try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            slug = "slow"
+            served.cli("create-workspace", slug, "--name", "Slow clients")
+            api_token = json.loads(
+                served.cli(
+                    "create-user",
+                    "admin@slow.example",
+                    "--workspace",
+                    slug,
+                    "--role",
+                    "admin",
+                    "--json",
+                )
+            )["apiToken"]
+            enrollment_token = json.loads(served.cli("issue-token", "--workspace", slug, "--json"))[
+                "enrollmentToken"
+            ]
+            claimed = httpx.post(
+                f"{served.url}/agent/v1/enrollments/claim",
+                json={
+                    "enrollmentToken": enrollment_token,
+                    "hostname": "slow-host",
+                    "agentVersion": AGENT_VERSION,
+                    "driverVersion": FakeCollector.driver_version,
+                },
+                timeout=CUT_OFF_WITHIN,
+            )
+            assert claimed.status_code == 201, claimed.text
+            yield Board("127.0.0.1", served.port, claimed.json()["agentToken"], api_token, slug)
+            log = served.log_text()
+            assert served.process.poll() is None, f"gua-board serve died: {log[-3000:]}"
+            # Nothing of the deadlines' code in a traceback (a loaded machine may log others:
+            # uvicorn restarts a worker that misses its 5 s health check while starting).
+            assert "board/httpserver.py" not in log, log[-3000:]
+        finally:
+            stop_board(served)
 
 
 @dataclass

@@ -1,5 +1,8 @@
-"""Hostile agents and hosts against the board's ingest: what one host token (or one
-enrollment token) can send to the claim, the observations and the stream.
+"""Observations of a hostile agent against the board's ingest: hostile strings and
+numbers in every field, sizes its sums cannot hold, statuses and errors the contract
+forbids, times in odd offsets, cards that share an index or report processes above their
+memory, heartbeats, a late point in a month-long run (it reads only around itself), and
+bodies of bad entries (a worker stays small).
 
 Every refusal is a 4xx with a string `detail` that stores nothing (checked in the
 database); every acceptance is one agent-api.md documents. The served board of
@@ -10,44 +13,32 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from tests.security.checks import host_view
 from tests.security.conftest import db
-from tests.security.live import Board, Reply, measure_peaks
 from tests.security.seed import (
     Host,
     Tenant,
-    claim,
     enroll,
-    issue_enrollment,
-    make_tenant,
     observation,
     push,
     unique,
 )
-
-CLAIM = "/agent/v1/enrollments/claim"
-
-
-@pytest.fixture(scope="module")
-def other(board: Board) -> Tenant:
-    """A workspace of this module's own (others change the shared one's settings), and
-    for what must never cross from one workspace to another."""
-    return make_tenant(board, "delta")
+from tests.support.live import LiveBoard, measure_peaks
+from tests.support.replies import refused
 
 
 @pytest.fixture
-def host(board: Board, other: Tenant) -> Host:
+def host(board: LiveBoard, other: Tenant) -> Host:
     return enroll(board, other, unique("ingest-edge"))
 
 
-def stored(board: Board, host: Host) -> tuple[object, ...]:
+def stored(board: LiveBoard, host: Host) -> tuple[object, ...]:
     """(observations, GPUs, GPU-hour rows, host-hour rows, newest point) of the host."""
     url = board.env["GUA_BOARD_DATABASE_URL"]
     where = (
@@ -68,27 +59,6 @@ def stored(board: Board, host: Host) -> tuple[object, ...]:
     )
 
 
-def refused(reply: Reply, *statuses: int) -> str:
-    assert reply.status_code in statuses, reply
-    return reply.detail()
-
-
-def hosts_of(board: Board, tenant: Tenant) -> list[dict[str, Any]]:
-    with board.client(tenant.admin.token) as c:
-        reply = board.call(c, "GET", f"/api/v1/workspaces/{tenant.slug}/hosts")
-    assert reply.status_code == 200, reply
-    found: list[dict[str, Any]] = reply.json()["hosts"]
-    return found
-
-
-def host_view(board: Board, tenant: Tenant, host: Host) -> dict[str, Any]:
-    with board.client(tenant.admin.token) as c:
-        reply = board.call(c, "GET", f"/api/v1/workspaces/{tenant.slug}/hosts/{host.host_id}")
-    assert reply.status_code == 200, reply
-    view: dict[str, Any] = reply.json()
-    return view
-
-
 def gpus(count: int, total_mb: int, base: str = "GPU-big") -> list[dict[str, Any]]:
     return [
         {
@@ -106,10 +76,7 @@ def gpus(count: int, total_mb: int, base: str = "GPU-big") -> list[dict[str, Any
     ]
 
 
-# -- sizes that the board's sums cannot hold ------------------------------------------
-
-
-def test_gpu_memory_the_rollups_cannot_sum_is_refused(board: Board, host: Host) -> None:
+def test_gpu_memory_the_rollups_cannot_sum_is_refused(board: LiveBoard, host: Host) -> None:
     """A host's hour (and a GPU's day) is summed as MB x microseconds in bigint: 64 cards
     of 2**31-1 MB for 100 s overflowed the host-hour row, and the push that closed the
     interval was a 503 (one card for 72 min overflowed the day rollup of the workspace).
@@ -124,7 +91,7 @@ def test_gpu_memory_the_rollups_cannot_sum_is_refused(board: Board, host: Host) 
     assert stored(board, host) == before
 
 
-def test_the_largest_card_memory_is_summed_exactly(board: Board, host: Host) -> None:
+def test_the_largest_card_memory_is_summed_exactly(board: LiveBoard, host: Host) -> None:
     """64 cards of the largest memory taken, over whole hours: 202s, and the sums hold."""
     start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     total = 2**20
@@ -143,13 +110,11 @@ def test_the_largest_card_memory_is_summed_exactly(board: Board, host: Host) -> 
     assert summed == 64 * total * 3_600_000_000, summed
 
 
-# -- late points in a long run ----------------------------------------------------------
-
 LATE_PUSH_PEAK_MIB = 120
 
 
 def _seed_a_month_of_one_run(
-    board: Board, host: Host, uuids: tuple[str, ...]
+    board: LiveBoard, host: Host, uuids: tuple[str, ...]
 ) -> tuple[datetime, datetime]:
     """A month of one unbroken idle run, every 30 s: the first push over HTTP, the rest
     copied in SQL (90,000 pushes would take the test an hour), the host's newest point
@@ -200,7 +165,7 @@ def _seed_a_month_of_one_run(
     return start, last
 
 
-def _since(board: Board, tenant: Tenant, host: Host) -> dict[str, datetime]:
+def _since(board: LiveBoard, tenant: Tenant, host: Host) -> dict[str, datetime]:
     return {
         g["uuid"]: datetime.fromisoformat(g["stateSince"])
         for g in host_view(board, tenant, host)["gpus"]
@@ -208,7 +173,7 @@ def _since(board: Board, tenant: Tenant, host: Host) -> dict[str, datetime]:
 
 
 def test_a_late_point_in_a_month_long_run_reads_only_around_it(
-    board: Board, other: Tenant, host: Host
+    board: LiveBoard, other: Tenant, host: Host
 ) -> None:
     """Was: every late point inside a run re-read the whole run to recompute stateSince,
     so a host with a month of one unbroken run (an idle card) made each late push cost
@@ -240,8 +205,6 @@ def test_a_late_point_in_a_month_long_run_reads_only_around_it(
     assert {since[u] for u in uuids[2:]} == {start}, since
 
 
-# -- every string field, every number field ---------------------------------------------
-
 STRING_FIELDS: dict[str, Callable[[dict[str, Any], str], None]] = {
     "schemaVersion": lambda b, v: b.__setitem__("schemaVersion", v),
     "observedAt": lambda b, v: b.__setitem__("observedAt", v),
@@ -258,7 +221,11 @@ STRING_FIELDS: dict[str, Callable[[dict[str, Any], str], None]] = {
     "processes[].name": lambda b, v: b["gpus"][0]["processes"][0].__setitem__("name", v),
     "processes[].type": lambda b, v: b["gpus"][0]["processes"][0].__setitem__("type", v),
 }
+
+
 MARK = "MARK-7f3a"
+
+
 # What replaces the JSON string "MARK-7f3a" in the body's text.
 HOSTILE_STRINGS = {
     "lone high surrogate": '"a\\ud800b"',
@@ -283,7 +250,7 @@ def _with_string(field: str, raw: str) -> bytes:
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_STRINGS))
-def test_hostile_strings_in_every_field(board: Board, host: Host, case: str) -> None:
+def test_hostile_strings_in_every_field(board: LiveBoard, host: Host, case: str) -> None:
     before = stored(board, host)
     for field in STRING_FIELDS:
         if case == "null" and field in ("host.hostId", "host.displayName", "processes[].type"):
@@ -307,6 +274,8 @@ NUMBER_FIELDS: dict[str, Callable[[dict[str, Any], Any], None]] = {
         "memoryUsedMb", v
     ),
 }
+
+
 HOSTILE_NUMBERS = {
     "NaN": "NaN",
     "Infinity": "Infinity",
@@ -334,7 +303,7 @@ def _with_number(field: str, raw: str) -> bytes:
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_NUMBERS))
-def test_hostile_numbers_in_every_field(board: Board, host: Host, case: str) -> None:
+def test_hostile_numbers_in_every_field(board: LiveBoard, host: Host, case: str) -> None:
     before = stored(board, host)
     for field in NUMBER_FIELDS:
         reply = push(board, host, _with_number(field, HOSTILE_NUMBERS[case]))
@@ -342,7 +311,7 @@ def test_hostile_numbers_in_every_field(board: Board, host: Host, case: str) -> 
     assert stored(board, host) == before
 
 
-def test_minus_zero_is_zero(board: Board, other: Tenant, host: Host) -> None:
+def test_minus_zero_is_zero(board: LiveBoard, other: Tenant, host: Host) -> None:
     """`-0` is JSON for 0: a card at -0 % is a card at 0 %, stored as such."""
     body = _with_number("gpus[].utilPct", "-0")
     assert push(board, host, body).status_code == 202
@@ -364,7 +333,7 @@ def _bad_processes_everywhere(process: str) -> bytes:
 
 @pytest.mark.parametrize("process", ['{"a":1,"b":2,"c":3}', "{}", "[]"])
 def test_a_body_of_bad_entries_costs_a_worker_little(
-    board: Board, host: Host, process: str
+    board: LiveBoard, host: Host, process: str
 ) -> None:
     """Was: 512 bad processes on each of 64 cards (a 660 KB body, under the 1 MiB limit)
     gave 229,376 validation errors, and the worker grew by ~300 MiB to answer a 422.
@@ -380,8 +349,6 @@ def test_a_body_of_bad_entries_costs_a_worker_little(
     assert peaks.worst_mib < ERRORS_PEAK_MIB, f"a worker grew by {peaks.worst_mib:.0f} MiB"
     assert stored(board, host) == before
 
-
-# -- transport ----------------------------------------------------------------------
 
 ODD_BODIES = {
     "empty": b"",
@@ -403,7 +370,7 @@ ODD_BODIES = {
 
 
 @pytest.mark.parametrize("case", sorted(ODD_BODIES))
-def test_odd_bodies_store_nothing(board: Board, host: Host, case: str) -> None:
+def test_odd_bodies_store_nothing(board: LiveBoard, host: Host, case: str) -> None:
     before = stored(board, host)
     refused(push(board, host, ODD_BODIES[case]), 400, 413, 422)
     assert stored(board, host) == before
@@ -421,7 +388,7 @@ def test_odd_bodies_store_nothing(board: Board, host: Host, case: str) -> None:
         "*/*",
     ],
 )
-def test_near_json_media_types_are_415(board: Board, host: Host, content_type: str) -> None:
+def test_near_json_media_types_are_415(board: LiveBoard, host: Host, content_type: str) -> None:
     before = stored(board, host)
     body = json.dumps(observation()).encode()
     try:
@@ -432,7 +399,7 @@ def test_near_json_media_types_are_415(board: Board, host: Host, content_type: s
     assert stored(board, host) == before
 
 
-def test_a_charset_that_is_not_utf8_changes_nothing(board: Board, host: Host) -> None:
+def test_a_charset_that_is_not_utf8_changes_nothing(board: LiveBoard, host: Host) -> None:
     """The charset parameter is not honoured: the body is read as UTF-8 and a Latin-1
     byte is not valid UTF-8 (400), rather than a mis-decoded name being stored."""
     before = stored(board, host)
@@ -442,55 +409,7 @@ def test_a_charset_that_is_not_utf8_changes_nothing(board: Board, host: Host) ->
     assert stored(board, host) == before
 
 
-# -- semantics ------------------------------------------------------------------------
-
-
-def test_a_uuid_known_in_another_workspace_stays_there(
-    board: Board, scratch: Tenant, other: Tenant
-) -> None:
-    """GPUs are keyed by host: the same UUID in two workspaces is two GPUs, and neither
-    workspace sees the other's model name, users or processes."""
-    mine = enroll(board, scratch, unique("uuid-mine"))
-    theirs = enroll(board, other, unique("uuid-theirs"))
-    uuid = unique("GPU-shared")
-    secret_user = unique("secretuser").replace("-", "")
-    body = observation(users=(secret_user,), gpu_uuids=(uuid,), gpu_names=("THEIR SECRET GPU",))
-    assert push(board, theirs, body).status_code == 202
-    mine_body = observation(gpu_uuids=(uuid,), gpu_names=("MY GPU",))
-    assert push(board, mine, mine_body).status_code == 202
-    url = board.env["GUA_BOARD_DATABASE_URL"]
-    assert db(url, "SELECT count(DISTINCT id) FROM gpus WHERE uuid = %s", uuid) == 2
-    seen = json.dumps(hosts_of(board, scratch))
-    assert "THEIR SECRET GPU" not in seen
-    assert secret_user not in seen
-    theirs_seen = json.dumps(hosts_of(board, other))
-    assert "MY GPU" not in theirs_seen
-    assert theirs_seen.count(uuid) == 1
-
-
-def test_a_host_naming_itself_like_another_touches_only_itself(
-    board: Board, scratch: Tenant
-) -> None:
-    victim = enroll(board, scratch, unique("victim"))
-    assert push(board, victim, observation()).status_code == 202
-    before = host_view(board, scratch, victim)
-    attacker = enroll(board, scratch, unique("attacker"))
-    body = observation()
-    body["host"].update(
-        hostname=before["hostname"], hostId=victim.host_id, displayName=victim.display_name
-    )
-    assert push(board, attacker, body).status_code == 202
-    after = host_view(board, scratch, victim)
-    assert (after["displayName"], after["lastSeenAt"]) == (
-        before["displayName"],
-        before["lastSeenAt"],
-    )
-    mine = host_view(board, scratch, attacker)
-    assert mine["displayName"] == attacker.display_name  # set at enrollment only
-    assert mine["hostId"] == attacker.host_id
-
-
-def test_two_cards_with_one_index(board: Board, other: Tenant, host: Host) -> None:
+def test_two_cards_with_one_index(board: LiveBoard, other: Tenant, host: Host) -> None:
     """Only UUIDs must differ within a snapshot (agent-api.md): two cards reporting the
     same index are two cards, both shown, and the host's pages still answer."""
     body = observation(gpu_uuids=("GPU-dup-a", "GPU-dup-b"))
@@ -506,7 +425,7 @@ def test_two_cards_with_one_index(board: Board, other: Tenant, host: Host) -> No
 
 
 def test_processes_above_the_card_and_unknown_memory(
-    board: Board, other: Tenant, host: Host
+    board: LiveBoard, other: Tenant, host: Host
 ) -> None:
     """Documented: process memory has no upper bound and may be null."""
     body = observation(users=("alice", "bob"))
@@ -525,7 +444,7 @@ def test_processes_above_the_card_and_unknown_memory(
     ["+14:00", "-12:00", "+05:45", "-00:30", "+00:00:01", "+23:59", "-23:59:59.999999", "Z"],
 )
 def test_recent_times_in_odd_offsets_are_stored_in_utc(
-    board: Board, host: Host, offset: str
+    board: LiveBoard, host: Host, offset: str
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
     if offset == "Z":
@@ -562,7 +481,7 @@ def test_recent_times_in_odd_offsets_are_stored_in_utc(
     ],
 )
 def test_status_and_error_combinations_the_contract_forbids(
-    board: Board, host: Host, status: str, errors: list[str], listed: bool
+    board: LiveBoard, host: Host, status: str, errors: list[str], listed: bool
 ) -> None:
     body = observation()
     body.update(collectionStatus=status, errors=errors)
@@ -574,7 +493,7 @@ def test_status_and_error_combinations_the_contract_forbids(
 
 
 def test_a_heartbeat_proves_life_but_counts_no_gpu_time(
-    board: Board, other: Tenant, host: Host
+    board: LiveBoard, other: Tenant, host: Host
 ) -> None:
     at = datetime.now(UTC) - timedelta(minutes=2)
     assert push(board, host, observation(at)).status_code == 202
@@ -585,217 +504,3 @@ def test_a_heartbeat_proves_life_but_counts_no_gpu_time(
     view = host_view(board, other, host)
     assert (view["collectionStatus"], view["freshness"]) == ("error", "error"), view
     assert view["errors"] == ["nvml_init_failed"], view
-
-
-# -- enrollment ---------------------------------------------------------------------
-
-
-def _claim(board: Board, body: dict[str, Any] | bytes) -> Reply:
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    with board.client() as c:
-        return board.call(
-            c, "POST", CLAIM, content=content, headers={"Content-Type": "application/json"}
-        )
-
-
-def _hosts_count(board: Board, tenant: Tenant) -> object:
-    url = board.env["GUA_BOARD_DATABASE_URL"]
-    return db(
-        url,
-        "SELECT count(*) FROM hosts h JOIN workspaces w ON w.id = h.workspace_id WHERE w.slug = %s",
-        tenant.slug,
-    )
-
-
-def _token_state(board: Board, tenant: Tenant, token: str) -> str:
-    prefix = "_".join(token.split("_")[:3])
-    with board.client(tenant.admin.token) as c:
-        reply = board.call(c, "GET", f"/api/v1/workspaces/{tenant.slug}/enrollment-tokens")
-    for t in reply.json()["enrollmentTokens"]:
-        if t["tokenPrefix"] == prefix:
-            return str(t["state"])
-    raise LookupError(prefix)
-
-
-def test_an_expired_token_is_refused_like_an_unknown_one(board: Board, other: Tenant) -> None:
-    with board.client(other.admin.token) as c:
-        reply = board.call(
-            c,
-            "POST",
-            f"/api/v1/workspaces/{other.slug}/enrollment-tokens",
-            json={"expiresInHours": 0.0003},  # about a second
-        )
-    assert reply.status_code == 201, reply
-    token = reply.json()["enrollmentToken"]
-    board.remember(token)
-    deadline = time.monotonic() + 60
-    while _token_state(board, other, token) != "expired":
-        assert time.monotonic() < deadline, "the token never expired"
-        time.sleep(0.5)
-    before = _hosts_count(board, other)
-    expired = refused(_claim(board, {"enrollmentToken": token, "hostname": "late"}), 401)
-    unknown = refused(_claim(board, {"enrollmentToken": token[:-4] + "AAAA"}), 401)
-    assert expired == unknown
-    assert _hosts_count(board, other) == before
-    assert _token_state(board, other, token) == "expired"
-
-
-def test_a_revoked_or_used_token_is_refused(board: Board, other: Tenant) -> None:
-    revoked = issue_enrollment(board, other)
-    prefix = "_".join(revoked.split("_")[:3])
-    with board.client(other.admin.token) as c:
-        reply = board.call(
-            c, "DELETE", f"/api/v1/workspaces/{other.slug}/enrollment-tokens/{prefix}"
-        )
-    assert reply.status_code == 200, reply
-    used = issue_enrollment(board, other)
-    claim(board, used, unique("first"))
-    before = _hosts_count(board, other)
-    for token in (revoked, used, f"  {used}\n", used.upper()):
-        refused(_claim(board, {"enrollmentToken": token, "hostname": "again"}), 401)
-    assert _hosts_count(board, other) == before
-    assert _token_state(board, other, revoked) == "revoked"
-
-
-def test_a_refused_claim_body_spends_no_token(board: Board, other: Tenant) -> None:
-    token = issue_enrollment(board, other)
-    before = _hosts_count(board, other)
-    bad: list[dict[str, Any] | bytes] = [
-        {"enrollmentToken": token, "hostname": "a\u0000b"},
-        {"enrollmentToken": token, "hostname": "h" * 256},
-        {"enrollmentToken": token, "agentVersion": "v" * 65},
-        {"enrollmentToken": token, "hostname": 7},
-        {"enrollmentToken": token, "extra": 1},
-        {"enrollmentToken": token, "hostname": None, "driverVersion": ["x"]},
-        json.dumps({"enrollmentToken": token}).encode().replace(b"}", b', "hostname": "\\ud800"}'),
-        json.dumps({"enrollmentToken": token}).encode() + b"{}",
-    ]
-    for body in bad:
-        refused(_claim(board, body), 400, 422)
-    assert _hosts_count(board, other) == before
-    assert _token_state(board, other, token) == "active"
-    won = _claim(board, {"enrollmentToken": token})
-    assert won.status_code == 201, won
-    board.remember(won.json()["agentToken"])
-
-
-@pytest.mark.parametrize(
-    ("hostname", "shown"),
-    [
-        ("   ", None),
-        ("\u202egnp.exe", "\u202egnp.exe"),
-        ("<script>alert(1)</script>", "<script>alert(1)</script>"),
-        ('=HYPERLINK("http://x")', '=HYPERLINK("http://x")'),
-        ("  padded  ", "padded"),
-        ("\U0001f600" * 255, "\U0001f600" * 255),
-    ],
-)
-def test_hostile_claim_names_are_kept_as_text(
-    board: Board, other: Tenant, hostname: str, shown: str | None
-) -> None:
-    token = issue_enrollment(board, other)
-    reply = _claim(board, {"enrollmentToken": token, "hostname": hostname})
-    assert reply.status_code == 201, reply
-    answer = reply.json()
-    board.remember(answer["agentToken"])
-    assert all(isinstance(answer[k], str) and answer[k] for k in answer), answer
-    if shown is None:
-        assert answer["displayName"].startswith("host-"), answer
-    else:
-        assert answer["displayName"] == shown, answer
-
-
-def test_a_claim_named_like_an_existing_host_is_a_host_of_its_own(
-    board: Board, other: Tenant
-) -> None:
-    first = enroll(board, other, unique("twin"))
-    second = claim(board, issue_enrollment(board, other), first.display_name)
-    assert second.display_name == first.display_name
-    assert second.host_id != first.host_id
-    assert second.prefix != first.prefix
-    assert push(board, second, observation()).status_code == 202
-    assert host_view(board, other, first)["lastSeenAt"] is None
-
-
-def test_concurrent_claims_with_different_names_make_one_host(board: Board, other: Tenant) -> None:
-    token = issue_enrollment(board, other)
-    before = _hosts_count(board, other)
-
-    def one(i: int) -> Reply:
-        return _claim(board, {"enrollmentToken": f" {token} " if i % 2 else token})
-
-    with ThreadPoolExecutor(8) as pool:
-        replies = list(pool.map(one, range(16)))
-    won = [r for r in replies if r.status_code == 201]
-    for r in won:
-        board.remember(r.json()["agentToken"])
-    assert len(won) == 1, [r.status_code for r in replies]
-    for r in replies:
-        if r.status_code != 201:
-            refused(r, 401)
-    assert _hosts_count(board, other) == int(str(before)) + 1
-
-
-# -- the live stream ----------------------------------------------------------------
-
-
-def _util_frame(ts: float, gpus_: list[dict[str, Any]] | str) -> str:
-    return json.dumps({"type": "util", "ts": ts, "gpus": gpus_})
-
-
-def _card(uuid: str = "GPU-s-0", util: Any = 7, mem: Any = 1) -> dict[str, Any]:
-    return {"deviceUuid": uuid, "utilPct": util, "memUsedMb": mem}
-
-
-def test_stream_messages_the_board_cannot_show_are_dropped(board: Board, other: Tenant) -> None:
-    """Each is dropped and counted, the socket stays open, and the next good message is
-    shown: 65 cards, repeated UUIDs, out-of-range or mistyped numbers, odd `ts`."""
-    import asyncio
-
-    import websockets
-
-    streamer = enroll(board, other, unique("streamer"))
-    now = datetime.now(UTC).timestamp()
-    bad = [
-        _util_frame(now, [_card(f"GPU-{i}") for i in range(65)]),
-        _util_frame(now, [_card(), _card()]),
-        _util_frame(now, [_card(util=101)]),
-        _util_frame(now, [_card(util=-1)]),
-        _util_frame(now, [_card(util=7.5)]),
-        _util_frame(now, [_card(util=True)]),
-        _util_frame(now, [_card(mem=-1)]),
-        _util_frame(now, [_card(mem=2**70)]),
-        _util_frame(now, [_card(uuid="")]),
-        _util_frame(now, [_card(uuid="u" * 129)]),
-        _util_frame(0, [_card()]),
-        _util_frame(now, "GPU-s-0"),
-        json.dumps({"type": "util", "ts": str(now), "gpus": [_card()]}),
-        json.dumps({"type": "UTIL", "ts": now, "gpus": [_card()]}),
-        json.dumps({"type": "util", "ts": True, "gpus": [_card()]}),
-        '{"type": "util", "ts": 1e400, "gpus": []}',
-        '{"type": "util", "ts": -Infinity, "gpus": []}',
-    ]
-    good = _util_frame(now, [_card("GPU-s-good", 42, 4242)])
-    url = board.url.replace("http", "ws", 1) + "/agent/v1/stream"
-
-    async def send() -> None:
-        async with websockets.connect(url, additional_headers=streamer.auth, open_timeout=30) as ws:
-            for frame in [*bad, good]:
-                await ws.send(frame)
-                await asyncio.sleep(0.25)  # past the per-connection spacing
-            await asyncio.sleep(0.5)
-
-    asyncio.run(send())
-    deadline = time.monotonic() + 60
-    with board.client(other.admin.token) as c:
-        while True:
-            latest = board.call(c, "GET", f"/api/v1/workspaces/{other.slug}/stream/latest")
-            assert latest.status_code == 200, latest
-            hosts = {h["hostId"]: h for h in latest.json()["hosts"]}
-            if streamer.host_id in hosts:
-                break
-            assert time.monotonic() < deadline, f"the good message never arrived: {latest}"
-            time.sleep(0.5)
-    shown = hosts[streamer.host_id]
-    assert shown["gpus"] == [{"uuid": "GPU-s-good", "utilPct": 42, "memoryUsedMb": 4242}]
-    assert shown["dropped"] == len(bad), shown

@@ -1,41 +1,26 @@
-"""Follow-ups of the hunt on the pages and the live stream.
+"""The fleet, people, host and usage pages in zones that are not whole hours from UTC,
+that skip a midnight or sit by the date line: each view answers, a week starts on the
+zone's Monday, a day is the zone's day, and the usage page's bounds hold at the edges
+of the calendar.
 
-Pages: a workspace in a zone with a half-hour offset (Asia/Kolkata) was a 422 on every
-page that cut its window from local dates (the people view, the usage page and its CSV,
-the team statements): report bounds must fall on whole UTC hours. The reports now cut a
-local day there as the UTC hours that start on it (docs/reports.md), and the pages ask
-for the dates themselves.
-
-Stream: `GET …/stream?hostId=` took any string of any length, and an upper-case or
-otherwise non-canonical UUID silently matched nothing. A hostId that is not a UUID is now
-a 422 with a string detail; any spelling uuid.UUID reads matches its host; a host of
-another workspace (or of none) was a stream of nothing and is now a 404, as the host
-page's stream of it already was (docs/security.md: another workspace's host id is a 404).
-
-In process (the app and a real PostgreSQL); the SSE streams over a real loopback port.
+In process (the app and a real PostgreSQL).
 """
 
 from __future__ import annotations
 
-import asyncio
 import html
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
 
 from board.reportkit.params import day_now
+from tests.board.answers import refused
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.test_reports_builders import gpu, observation, proc
-from tests.board.test_stream import agent_socket, send_spaced, serve, sse, util_message
-from tests.security.inprocess import refused
-from tests.security.test_hunt_api import spellings
-from tests.web.helpers import sign_in
+from tests.web.helpers import encoded, sign_in
 
 HALF_HOUR_ZONE = "Asia/Kolkata"
 
@@ -134,81 +119,120 @@ async def test_the_statements_of_a_half_hour_zone(
     shows_only_its_own_people(csv)
 
 
-# ---- the live stream ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "query",
+    [
+        "through=9999-12-31",
+        "from=9999-12-01&through=9999-12-31",
+        "to=0001-01-01",
+        "from=0001-01-01&to=0001-01-01",
+        "through=0001-01-01",
+        "to=9999-12-31&through=9999-12-31",
+    ],
+)
+async def test_usage_bounds_at_the_edges_of_the_calendar(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], query: str
+) -> None:
+    tenant, _ = fleet
+    # The CSV reads `to`, not the form's `through`.
+    for path in ("usage", "usage.csv") if "to=" in query else ("usage",):
+        r = await client.get(f"/w/{tenant.slug}/{path}?{query}")
+        assert r.status_code == 422, (path, query, r.status_code, r.text[:300])
 
 
-@pytest.fixture
-async def served(app: Any) -> AsyncIterator[str]:
-    async with serve(app) as url:
-        assert await app.state.runtime.stream.wait_listening(10)
-        yield url
-
-
-async def streamed_lately(client: httpx.AsyncClient, tenant: Tenant, host_id: str) -> None:
-    """Waits (generously) until the hub keeps a sample of the host."""
-    url = f"/api/v1/workspaces/{tenant.slug}/stream/latest"
-    deadline = asyncio.get_running_loop().time() + 30
-    while True:
-        r = await client.get(url, headers=tenant.auth())
-        assert r.status_code == 200, r.text
-        if host_id in {h["hostId"] for h in r.json()["hosts"]}:
-            return
-        assert asyncio.get_running_loop().time() < deadline, "the samples never arrived"
-        await asyncio.sleep(0.05)
-
-
-NOT_HOST_IDS = (
-    "",
-    "not-a-host",
-    "x" * 65,
-    "x" * 8000,
-    "0" * 31,
-    "0" * 33,
-    "gua_agent_0123abcd_" + "A" * 40,
+ODD_ZONES = (
+    "Asia/Kolkata",
+    "Asia/Kathmandu",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "Pacific/Kiritimati",
+    "America/St_Johns",
+    "America/Santiago",
 )
 
 
-async def test_a_stream_hostid_that_is_no_uuid_is_422(app: Any, client: httpx.AsyncClient) -> None:
-    """Was a 200 stream of nothing, for a hostId of any length."""
-    tenant = await make_tenant(app, "acme")
-    url = f"/api/v1/workspaces/{tenant.slug}/stream"
-    for value in NOT_HOST_IDS:
-        r = await client.get(url, params={"hostId": value}, headers=tenant.auth("member"))
-        detail = refused(r, 422)
-        assert "hostId" in detail
-        if value:
-            assert value[:8] not in detail  # not echoed: it may be a pasted token
-    # A NUL in the URL is refused before any route (board.edge).
-    refused(await client.get(f"{url}?hostId=%00", headers=tenant.auth("member")), 400)
-
-
-async def test_a_stream_hostid_in_any_spelling_matches_its_host(
-    app: Any, client: httpx.AsyncClient, served: str
+@pytest.mark.parametrize("zone", ODD_ZONES)
+async def test_every_view_in_an_odd_zone(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], zone: str
 ) -> None:
-    """Was a stream of nothing for an upper-case, braced, urn: or unhyphenated id."""
-    acme = await make_tenant(app, "acme")
-    other = await make_tenant(app, "other")
-    mine = await enroll(client, acme, "mine")
-    theirs = await enroll(client, other, "theirs")
-    for host in (mine, theirs):
-        async with agent_socket(served, host["agentToken"]) as ws:
-            await send_spaced(ws, [util_message(), util_message()])
-    for tenant, host in ((acme, mine), (other, theirs)):
-        await streamed_lately(client, tenant, host["hostId"])
-    path = f"/api/v1/workspaces/{acme.slug}/stream?hostId="
-    for spelled in [mine["hostId"], *spellings(mine["hostId"])]:
-        async with sse(served, path + quote(spelled, safe=""), acme.auth("member")) as page:
-            assert page.status == 200
-            first = await page.next_util()
-            assert first["hostId"] == mine["hostId"]
-    # Another workspace's host, or none, in any spelling: a 404, as on the host page.
-    for spelled in [theirs["hostId"], *spellings(theirs["hostId"]), str(uuid.uuid4())]:
-        r = await client.get(path + quote(spelled, safe=""), headers=acme.auth("member"))
-        assert "No such host" in refused(r, 404)
-        assert "theirs" not in r.text
-    # The host page's stream of it is a 404, in any spelling.
-    assert (await sign_in(client, "member@acme.example")).status_code == 303
-    for spelled in [theirs["hostId"], *spellings(theirs["hostId"])]:
-        r = await client.get(f"/w/{acme.slug}/hosts/{quote(spelled, safe='')}/stream")
-        assert r.status_code == 404, r.text[:300]
-        assert "theirs" not in r.text
+    tenant, host_id = fleet
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings", json={"timezone": zone}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+    base = f"/w/{tenant.slug}"
+    paths = [
+        "/",
+        "/fleet.json",
+        "/people",
+        "/people?sort=hours",
+        "/usage",
+        "/usage?groupBy=day",
+        "/usage?groupBy=user,day",
+        "/usage.csv",
+        "/usage.csv?groupBy=day",
+        f"/hosts/{host_id}.json",
+        *(f"/hosts/{host_id}?range={key}" for key in ("6h", "24h", "7d", "30d")),
+    ]
+    for path in paths:
+        r = await client.get(base + path)
+        # Local days of a half-hour zone are the UTC hours that start on them (reports.md).
+        assert r.status_code == 200, (zone, path, r.text[:500])
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Kathmandu"])
+async def test_the_people_week_starts_on_the_zones_monday(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], zone: str
+) -> None:
+    """Fourteen hours ahead of UTC and eleven behind, the week is the zone's own."""
+    from zoneinfo import ZoneInfo
+
+    from board.reportkit.params import day_now
+
+    tenant, _ = fleet
+    r = await client.patch(
+        f"/api/v1/workspaces/{tenant.slug}/settings", json={"timezone": zone}, headers=tenant.auth()
+    )
+    assert r.status_code == 200, r.text
+
+    def monday() -> str:
+        today = day_now(ZoneInfo(zone))  # the local date the current UTC hour starts on
+        return (today - timedelta(days=today.weekday())).isoformat()
+
+    before = monday()
+    r = await client.get(f"/w/{tenant.slug}/people")
+    after = monday()
+    assert r.status_code == 200, r.text
+    assert f"GPU-hours since {before}" in r.text or f"GPU-hours since {after}" in r.text
+    assert "a_b" in r.text
+    assert "axb" in r.text
+
+
+SKIPPED_MIDNIGHTS = [
+    ("America/Santiago", "2026-09-06"),
+    ("America/Havana", "2026-03-08"),
+    ("Asia/Beirut", "2026-03-29"),
+    ("America/Santiago", "2026-04-05"),  # the hour before it comes twice
+]
+
+
+@pytest.mark.parametrize(("zone", "day"), SKIPPED_MIDNIGHTS)
+async def test_usage_around_a_day_whose_midnight_is_skipped(
+    client: httpx.AsyncClient, fleet: tuple[Tenant, str], zone: str, day: str
+) -> None:
+    from datetime import date
+
+    tenant, _ = fleet
+    first = date.fromisoformat(day) - timedelta(days=3)
+    last = date.fromisoformat(day) + timedelta(days=3)
+    for start, through in ((first, last), (date.fromisoformat(day), last), (first, first)):
+        end = through + timedelta(days=1)
+        tz = encoded(zone)
+        for path in (
+            f"/w/{tenant.slug}/usage?from={start}&through={through}&tz={tz}&groupBy=day",
+            f"/w/{tenant.slug}/usage?from={start}&through={through}&tz={tz}",
+            f"/w/{tenant.slug}/usage.csv?from={start}&to={end}&tz={tz}&groupBy=day",
+            f"/api/v1/workspaces/{tenant.slug}/reports/usage?from={start}&to={end}&tz={tz}",
+        ):
+            r = await client.get(path, headers=tenant.auth())
+            assert r.status_code == 200, (path, r.status_code, r.text[:400])

@@ -1,4 +1,9 @@
-"""Bad input gets a clear string detail and changes nothing."""
+"""The agent API's validation, in process: every bad snapshot, claim, token, media type
+or body gets a clear string detail and changes nothing.
+
+The same input against the served board (two workers, raw sockets): tests/security's
+test_agent_requests.py, test_agent_observations.py and test_agent_claims.py.
+"""
 
 from __future__ import annotations
 
