@@ -29,6 +29,7 @@ from typing import Any
 
 from tests.slurm import config
 from tests.slurm.config import Layout, Node
+from tests.support.ports import free_port
 
 BINARIES = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo")
 INSTALL = "apt-get install -y slurmctld slurmd slurm-client munge (or run .ci/slurm-setup.sh)"
@@ -37,13 +38,6 @@ START_DEADLINE_S = 120.0
 
 class SlurmUnavailable(Exception):
     """Slurm cannot run on this machine; the message says why."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def cgroup_v1_available() -> bool:
