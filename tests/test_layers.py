@@ -52,9 +52,9 @@ def layer(node: str) -> int:
     return LAYER_OF_SPECIAL.get(node, 1)
 
 
-def node_of(path: Path) -> str:
+def node_of(path: Path, root: Path = BOARD) -> str:
     """A package below board/ (its folder), or a module at its top (its name)."""
-    relative = path.relative_to(BOARD)
+    relative = path.relative_to(root)
     return relative.parts[0] if len(relative.parts) > 1 else relative.stem
 
 
@@ -85,13 +85,13 @@ def imports() -> dict[tuple[str, str], list[str]]:
     return found
 
 
-def owned_tables() -> dict[str, str]:
+def owned_tables(root: Path = BOARD) -> dict[str, str]:
     """Table (or view, function, type) name -> the board node that declares it: an ORM
     model's `__tablename__`, a Core `Table("name", …)`, or a module's `OWNED_RELATIONS`
     (what a migration makes outside the metadata)."""
     owner: dict[str, str] = {}
-    for path in sorted(BOARD.rglob("*.py")):
-        node_name = node_of(path)
+    for path in sorted(root.rglob("*.py")):
+        node_name = node_of(path, root)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names: list[str] = []
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -128,13 +128,13 @@ def _docstrings(tree: ast.AST) -> set[int]:
     }
 
 
-def sql_references() -> dict[tuple[str, str], list[str]]:
+def sql_references(root: Path = BOARD) -> dict[tuple[str, str], list[str]]:
     """(naming node, owning node) -> where, for every table another node's SQL names
     (a function or view of OWNED_RELATIONS also when called: `raw_observations(…)`)."""
-    owner = owned_tables()
+    owner = owned_tables(root)
     found: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for path in sorted(BOARD.rglob("*.py")):
-        source = node_of(path)
+    for path in sorted(root.rglob("*.py")):
+        source = node_of(path, root)
         tree = ast.parse(path.read_text(), str(path))
         prose = _docstrings(tree)
         for node in ast.walk(tree):
@@ -146,7 +146,7 @@ def sql_references() -> dict[tuple[str, str], list[str]]:
                 table = match.group(1) or match.group(2)
                 if table in owner and owner[table] != source:
                     found[(source, owner[table])].append(
-                        f"{path.relative_to(BOARD.parent)}:{node.lineno} {table}"
+                        f"{path.relative_to(root.parent)}:{node.lineno} {table}"
                     )
     return found
 
@@ -239,6 +239,26 @@ def test_sql_names_only_tables_of_packages_it_may_import() -> None:
     ]
     assert not upward, "\n".join(upward)
     assert not looped, "\n".join(looped)
+
+
+def test_the_sql_scan_finds_a_planted_reference(tmp_path: Path) -> None:
+    """The scan itself: a table named in another package's SQL, in a plain string and an
+    f-string, is found; a docstring mentioning it is not; its own package is free."""
+    root = tmp_path / "board"
+    (root / "things").mkdir(parents=True)
+    (root / "reader").mkdir()
+    (root / "things" / "models.py").write_text(
+        '__tablename__ = "things"\nOWNED_RELATIONS = ("thing_view",)\n'
+        'Q = "SELECT 1 FROM things"\n'
+    )
+    (root / "reader" / "service.py").write_text(
+        '"""Reads FROM things, in prose."""\n'
+        'A = "SELECT * FROM things JOIN other ON true"\n'
+        'def f(x):\n    return f"SELECT {x} FROM thing_view(1)"\n'
+    )
+    found = sql_references(root)
+    assert set(found) == {("reader", "things")}
+    assert [w.split()[-1] for w in found[("reader", "things")]] == ["things", "thing_view"]
 
 
 def test_a_route_module_never_imports_another() -> None:
