@@ -17,7 +17,7 @@ from board.ingest.store import TooManyGpus
 from board.runtime import Runtime
 from tests.board.builders import Tenant, enroll, example, make_tenant, push, retimed
 from tests.board.db import scalar
-from tests.board.test_host_revocation import client_of
+from tests.board.test_host_revocation import client_of, second_app  # noqa: F401
 
 
 def with_gpus(uuids: list[str], at: datetime) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""One served board for the whole security suite, and two seeded workspaces to attack.
+"""One served board for the whole security suite, two seeded workspaces to attack (A's and
+B's), a scratch workspace, a workspace of each module's own (`other`), a fresh scratch
+host and an admin of the scratch workspace for page sessions.
 
 The board is `gua-board serve --workers 2` as a subprocess (real argon2 costs, real
 uvicorn, two processes that share nothing but PostgreSQL), on a database cloned from the

@@ -30,6 +30,7 @@ from tests.board.test_reports_builders import quick_tenant, workspace_id
 from tests.security.conftest import db
 from tests.security.seed import Tenant as SeedTenant
 from tests.security.seed import enroll as seed_enroll
+from tests.security.seed import make_tenant as seed_make_tenant
 from tests.security.seed import observation as seed_observation
 from tests.security.seed import push as seed_push
 from tests.support.live import LiveBoard
@@ -379,7 +380,7 @@ def test_clients_gone_mid_report_free_their_slots(board: LiveBoard, scratch: See
 def big(board: LiveBoard) -> SeedTenant:
     """A workspace whose month of hourly per-GPU utilization is ~14 MB of JSON: 64 GPUs
     observed once a day (a day-long sample gap, so every hour is covered)."""
-    tenant = make_tenant(board, "delta")
+    tenant = seed_make_tenant(board, "delta")
     host = seed_enroll(board, tenant, "delta-node")
     with board.client(tenant.admin.token) as c:
         reply = board.call(
