@@ -20,6 +20,7 @@ from board.audit.service import record
 from board.auth.deps import WorkspaceContext
 from board.budgets.periods import Period, period_of
 from board.budgets.schemas import BudgetIn, BudgetOut, BudgetsOut
+from board.budgets.told import look_again
 from board.db.connection import report_connection
 from board.directory.teams import check_team, teams
 from board.errors import NotFound
@@ -89,6 +90,7 @@ async def put_budget(
         """,
         [ctx.workspace_id, team, body.period, body.from_, body.gpu_hours, body.amount],
     )
+    await look_again(conn, ctx.workspace_id)
     detail = {
         "period": body.period,
         "from": body.from_.isoformat(),
