@@ -31,7 +31,7 @@ _TEAMS = """
     )
     SELECT coalesce(n.team, o.team), o.contact_email, coalesce(n.users, 0)
     FROM named n FULL JOIN own o ON o.team = n.team
-    ORDER BY 1 COLLATE "C"
+    ORDER BY coalesce(n.team, o.team) COLLATE "C"
 """
 
 
