@@ -167,14 +167,16 @@ async def test_shares_and_status_against_hours_and_money(
     row = await status(gpuHours=used * 2)
     assert (row["usedShare"], row["status"]) == (0.5, "ok")
     row = await status(gpuHours=round(used / 0.8, 6))
-    assert row["status"] == "warning" and row["usedShare"] == pytest.approx(0.8, abs=1e-6)
+    assert row["status"] == "warning"
+    assert row["usedShare"] == pytest.approx(0.8, abs=1e-6)
     row = await status(gpuHours=round(used, 6))
     assert (row["usedShare"], row["status"]) == (1.0, "exceeded")
     # Money alone: the cost against the amount; both: the larger share counts.
     row = await status(amount=round(cost * 4, 2))
     assert (row["usedShare"], row["status"]) == (0.25, "ok")
     row = await status(gpuHours=used * 4, amount=round(cost / 0.9, 2))
-    assert row["usedShare"] == pytest.approx(0.9, abs=1e-3) and row["status"] == "warning"
+    assert row["usedShare"] == pytest.approx(0.9, abs=1e-3)
+    assert row["status"] == "warning"
 
 
 async def test_a_budget_of_zero_and_a_team_with_no_usage(
@@ -215,7 +217,8 @@ async def test_a_team_renamed_or_emptied_keeps_its_budget_in_view(
     await set_team(client, tenant, "alice", "cv")
     rows = by_team(await budgets_report(client, tenant, "2026-10"))
     assert rows["cv"]["usedGpuHours"] == pytest.approx(alice, abs=1e-6)
-    assert rows["cv"]["budgetGpuHours"] is None and rows["cv"]["status"] == "none"
+    assert rows["cv"]["budgetGpuHours"] is None
+    assert rows["cv"]["status"] == "none"
     assert (rows["vision"]["usedGpuHours"], rows["vision"]["budgetGpuHours"]) == (0.0, 1000.0)
     # The old name's budget can still be changed (it is known by its budgets).
     await put_budget(
@@ -254,4 +257,5 @@ async def test_the_csv_has_the_rows_money_digits_and_formula_safe_names(
     assert bob["budgetAmount"] == "12.00"
     assert bob["cost"] == f"{by_team(found)['=HYPERLINK(1)']['cost']:.2f}"
     assert bob["usedGpuHours"] == f"{by_team(found)['=HYPERLINK(1)']['usedGpuHours']:.6f}"
-    assert bob["budgetFrom"] == "2026-10-01" and bob["status"] in ("ok", "warning", "exceeded")
+    assert bob["budgetFrom"] == "2026-10-01"
+    assert bob["status"] in ("ok", "warning", "exceeded")

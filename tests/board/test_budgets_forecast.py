@@ -85,7 +85,8 @@ async def test_the_forecast_is_used_plus_the_last_weeks_pace_times_the_days_left
     assert quarter.remaining_days == 47
     q_vision = {r.team: r for r in quarter.rows}["vision"]
     assert q_vision.forecast_gpu_hours == 168 + 12 * 47
-    assert q_vision.budget_gpu_hours is None and q_vision.status == "none"
+    assert q_vision.budget_gpu_hours is None
+    assert q_vision.status == "none"
 
 
 async def test_a_period_over_or_ahead(app: Any, client: httpx.AsyncClient) -> None:
@@ -116,6 +117,7 @@ async def test_the_api_report_runs_on_the_current_clock(
     after = datetime.now(UTC)
     # The month of today (in the workspace's zone, UTC here), asOf the request's now.
     assert found["period"] in {f"{t.year:04d}-{t.month:02d}" for t in (before, after)}
-    assert found["periodKind"] == "month" and found["paceDays"] == 7
+    assert found["periodKind"] == "month"
+    assert found["paceDays"] == 7
     assert before <= datetime.fromisoformat(found["asOf"]) <= after
     assert set(by_team(found)) >= {"vision", "nlp"}
