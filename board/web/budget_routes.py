@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from board.budgets import service as budgets
 from board.budgets.periods import parse_period, period_of
-from board.budgets.report import budget_report
+from board.budgets.report import budget_report, report_csv
 from board.budgets.schemas import BudgetIn
 from board.db.deps import SessionDep
 from board.errors import DomainError, Unprocessable, describe_validation_errors
@@ -22,9 +22,9 @@ from board.reportkit.slots import report_slot
 from board.web.budget_view import STATUS_WORDS, bars
 from board.web.deps import AdminPageDep, CsrfDep, Page, PageDep
 from board.web.forms import submit
-from board.web.render import PageRoute, error_page, redirect, render
+from board.web.render import PageRoute, error_page, finish, redirect, render
 
-router = APIRouter(prefix="/w/{slug}/budgets", route_class=PageRoute, include_in_schema=False)
+router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
 Text = Annotated[str, Query(max_length=40)]
 
@@ -53,6 +53,7 @@ async def _page(
     form: dict[str, str] | None = None,
 ) -> Response:
     today = _today(page)
+    listed = await budgets.list_budgets(db, page.ctx.workspace_id)
     context: dict[str, Any] = {
         "page": page,
         "nav": "budgets",
@@ -64,7 +65,8 @@ async def _page(
         "digits": 2,
         "error": error,
         "saved": saved,
-        "budgets": await budgets.list_budgets(db, page.ctx.workspace_id),
+        "budgets": listed,
+        "amount_digits": MINOR_UNITS.get(listed.currency or "", 2),
         "form": form or {"period": "month", "from": period_of(today, "month").first.isoformat()},
         "csv_url": "",
         "api_url": "",
@@ -91,20 +93,20 @@ async def _page(
         report=report,
         bars=bars(report, digits),
         digits=digits,
-        csv_url=f"/api/v1/workspaces/{page.slug}/reports/budgets?{query}&format=csv",
+        csv_url=f"/w/{page.slug}/budgets.csv?{query}",
         api_url=f"/api/v1/workspaces/{page.slug}/reports/budgets?{query}",
     )
     return render(request, "budgets.html", context, status_code=status_code)
 
 
-@router.get("")
+@router.get("/budgets")
 async def budgets_page(
     request: Request, page: PageDep, db: SessionDep, period: Text = "", saved: Text = ""
 ) -> Response:
     return await _page(request, page, db, period, saved=saved or None)
 
 
-@router.post("")
+@router.post("/budgets")
 async def save_budget(
     request: Request,
     _csrf: CsrfDep,
@@ -141,3 +143,27 @@ async def save_budget(
         return await _page(request, page, db, shown, exc.status_code, exc.detail, form=form)
 
     return await submit(db, page, save, refused)
+
+
+@router.get("/budgets.csv")
+async def budgets_csv(request: Request, page: PageDep, period: Text = "") -> Response:
+    """The page's report as CSV: the API's `format=csv`, with the page's sign-in."""
+    chosen = parse_period(period, _today(page))
+    try:
+        async with report_slot(request, page.ctx.workspace_id) as conn:
+            report = await budget_report(
+                conn, page.ctx.workspace_id, page.ctx.workspace.timezone, chosen, datetime.now(UTC)
+            )
+    except HTTPException as exc:
+        response = error_page(request, exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
+    filename = f"{page.slug}-budgets-{report.period}.csv"
+    return finish(
+        request,
+        Response(
+            report_csv(report, MINOR_UNITS.get(report.currency or "", 2)),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        ),
+    )
