@@ -22,7 +22,7 @@ from board.budgets import told
 from board.budgets.periods import KINDS, period_of
 from board.budgets.report import budget_report
 from board.budgets.schemas import BudgetReportOut, BudgetRow
-from board.budgets.service import has_budgets
+from board.budgets.service import has_budgets, in_force
 from board.db.connection import report_connection
 from board.directory.teams import contacts
 from board.notices.detect import WorkspaceRow
@@ -45,11 +45,15 @@ async def admins(conn: psycopg.AsyncConnection[Any], workspace_id: int) -> list[
 async def current_reports(
     conn: psycopg.AsyncConnection[Any], ws: WorkspaceRow, now: datetime
 ) -> list[BudgetReportOut]:
-    """The budgets reports of the month and the quarter holding today (in the zone)."""
+    """The budgets reports of the month and the quarter holding today (in the zone), of
+    each kind some team has a budget of."""
     today = day_now(parse_zone(ws.timezone)[1], now)
-    return [
-        await budget_report(conn, ws.id, ws.timezone, period_of(today, kind), now) for kind in KINDS
-    ]
+    found = []
+    for kind in KINDS:
+        period = period_of(today, kind)
+        if any(b.any for b in (await in_force(conn, ws.id, period)).values()):
+            found.append(await budget_report(conn, ws.id, ws.timezone, period, now))
+    return found
 
 
 def budgets_url(public_url: str | None, slug: str, period: str) -> str | None:

@@ -16,6 +16,7 @@ import psycopg
 from board.budgets.periods import period_of
 from board.budgets.report import budget_report
 from board.budgets.schemas import BudgetReportOut, BudgetRow
+from board.budgets.service import has_budgets
 from board.reportkit.params import day_now, parse_zone
 
 STATUS_WORDS = {
@@ -105,6 +106,8 @@ async def this_months_shares(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, zone: str
 ) -> list[BudgetRow]:
     """The usage page's teams: this month's budgeted teams, with their shares."""
+    if not await has_budgets(conn, workspace_id):
+        return []
     now = datetime.now(UTC)
     period = period_of(day_now(parse_zone(zone)[1], now), "month")
     report = await budget_report(conn, workspace_id, zone, period, now)
