@@ -10,6 +10,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from tests.web.helpers import browser_sign_in, screenshots
 from tests.web.test_browser import api_token
 from tests.web.test_contrast import contrast
@@ -60,6 +62,9 @@ async def _text_contrast(page: Any, selector: str) -> float:
     return contrast(_hex(colours[0]), _hex(bg))
 
 
+# Two hours of history: the last 7 days' pace is more than nothing, so the forecast
+# reaches past what was used (the striped part of a bar).
+@pytest.mark.parametrize("demo", [{"history": timedelta(hours=2)}], indirect=True)
 async def test_budgets_page_bars_keyboard_widths_and_contrast(demo, page) -> None:
     await asyncio.wait_for(demo.backfilled.wait(), timeout=60)
     await _setup(demo)
@@ -76,6 +81,10 @@ async def test_budgets_page_bars_keyboard_widths_and_contrast(demo, page) -> Non
     nlp = page.locator('#budget-bars li[data-team="nlp"]')
     assert await nlp.locator(".badge").inner_text() == "No budget"
     assert await nlp.locator("line.budget-line").count() == 0
+    # The forecast reaches past the used part: a pace of more than nothing a day.
+    used = float(await nlp.locator("rect.budget-used").get_attribute("width") or 0)
+    forecast = float(await nlp.locator("rect.budget-forecast").get_attribute("width") or 0)
+    assert forecast > used, (used, forecast)
     assert "vision" in await page.inner_text("#budget-table")
     assert "forecast at the period's end" in await page.inner_text("#teams")
 
