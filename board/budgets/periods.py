@@ -39,9 +39,6 @@ class Period:
             local_day_hour(self.first, zone), local_day_hour(self.following, zone), zone
         )
 
-    def holds(self, day: date) -> bool:
-        return self.first <= day < self.following
-
 
 def _add_months(day: date, months: int) -> date:
     index = day.year * 12 + day.month - 1 + months
