@@ -16,6 +16,7 @@ from board.apidocs import install_api_docs, install_openapi
 from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
 from board.audit.routes import router as audit_router
+from board.budgets.routes import router as budgets_router
 from board.db.deps import PoolDep
 from board.db.urls import resolve_database_url
 from board.directory.routes import router as directory_router
@@ -174,6 +175,7 @@ def create_app(
     app.include_router(calendar_router)
     app.include_router(directory_router)
     app.include_router(money_router)
+    app.include_router(budgets_router)
     app.include_router(audit_router)
     app.include_router(notices_router)
     app.include_router(metrics_router)

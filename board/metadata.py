@@ -11,8 +11,9 @@ from board.auth.models import (
     WebSessionRow,
     Workspace,
 )
+from board.budgets.models import Budget, BudgetCheck, BudgetNotice
 from board.db.base import Base
-from board.directory.models import DirectoryEntry
+from board.directory.models import DirectoryEntry, DirectoryTeam
 from board.enrollment.models import EnrollmentToken
 from board.hosts.models import Gpu, Host, HostRejection
 from board.notices.models import (
@@ -42,8 +43,12 @@ __all__ = [
     "ArchiveObject",
     "AuditEvent",
     "Base",
+    "Budget",
+    "BudgetCheck",
+    "BudgetNotice",
     "CalendarFeedToken",
     "DirectoryEntry",
+    "DirectoryTeam",
     "EnrollmentToken",
     "Gpu",
     "GpuDayRollup",

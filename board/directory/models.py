@@ -48,3 +48,31 @@ class DirectoryEntry(Base):
         CheckConstraint("length(linux_user) BETWEEN 1 AND 64", name="linux_user_length"),
         CheckConstraint("team IS NULL OR length(team) BETWEEN 1 AND 100", name="team_length"),
     )
+
+
+class DirectoryTeam(Base):
+    """A team's own row: who is told about it (budget notices go to its contact).
+
+    A team is a label on directory entries; this row only adds what a label cannot hold.
+    Teams named by entries need none, and a row names a team no entry uses yet (entered
+    ahead, like a Linux user).
+    """
+
+    __tablename__ = "directory_teams"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    team: Mapped[str] = mapped_column(Text)
+    # Lower case; a person or a list (need not be a member of the workspace).
+    contact_email: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "team"),
+        CheckConstraint("length(team) BETWEEN 1 AND 100", name="team_length"),
+        CheckConstraint(
+            "contact_email IS NULL OR length(contact_email) BETWEEN 3 AND 320",
+            name="contact_email_length",
+        ),
+    )

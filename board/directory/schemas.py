@@ -39,8 +39,18 @@ class DirectoryEntryOut(ReadModel):
     last_seen_at: IsoTime | None
 
 
+class TeamOut(ReadModel):
+    """A team: named by entries (`linuxUsers` of them) or by its own row, with the
+    address its budget notices go to."""
+
+    team: str
+    contact_email: str | None
+    linux_users: int
+
+
 class DirectoryOut(ReadModel):
     entries: list[DirectoryEntryOut]
+    teams: list[TeamOut]
 
 
 class DirectoryEntryIn(BaseModel):
@@ -48,3 +58,11 @@ class DirectoryEntryIn(BaseModel):
 
     member_email: Email | None
     team: Team | None
+
+
+class TeamIn(BaseModel):
+    """`PUT …/directory/teams/{team}`: who is told about the team (null: nobody)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, extra="forbid")
+
+    contact_email: Email | None

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.db.connection import report_connection
+from board.notices.budget_watch import teams_at_risk
 from board.notices.detect import Seen, WorkspaceRow
 from board.notices.events import enqueue, iso
 from board.reportkit.params import local_day_hour, parse_window
@@ -119,6 +120,7 @@ async def send_if_due(
             }
             for c in idle[:LONGEST_SHOWN]
         ],
+        "teamsAtRisk": await teams_at_risk(session, ws, now),
     }
     admins = (
         (

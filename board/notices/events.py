@@ -15,9 +15,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 CONDITION_TYPES = ("gpu.idle_held", "reservation.idle", "host.stale", "host.error")
+# Told once per team and period each, never resolved (board/notices/budget_watch.py).
+BUDGET_TYPES = ("budget.warning", "budget.exceeded")
 EVENT_TYPES = (
     *CONDITION_TYPES,
     *(f"{t}.resolved" for t in CONDITION_TYPES),
+    *BUDGET_TYPES,
     "digest.daily",
 )
 # A channel made without a list of events hears these (the digest is asked for by name).

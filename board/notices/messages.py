@@ -11,6 +11,8 @@ from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from board.notices.budget_messages import BUDGET_HEADLINES, budget_headline
+
 ALREADY_OPEN = "already open when this channel was added"
 
 
@@ -59,9 +61,12 @@ _HEADLINES = {
     "host.stale.resolved": "Host reporting again",
     "host.error": "Host reports an error",
     "host.error.resolved": "Host error cleared",
+    **BUDGET_HEADLINES,
     "digest.daily": "Daily digest",
     "test": "Test notice",
 }
+# Told as text (no GPU, no "since", no snooze link): the digest, tests, budget notices.
+_TEXT_ONLY = ("digest.daily", "test", *BUDGET_HEADLINES)
 
 
 def headline(body: dict[str, Any]) -> str:
@@ -75,6 +80,8 @@ def headline(body: dict[str, Any]) -> str:
         return f"{workspace}: daily digest for {data.get('day')}"
     if body.get("type") == "test":
         return f"{workspace}: test notice from GUA Board"
+    if body.get("type") in BUDGET_HEADLINES:
+        return budget_headline(body)
     users = ", ".join(data.get("linuxUsers") or [])
     told = f"{words}: {where}" + (f" ({users})" if users else "")
     # Sent to a channel added while the episode was open (board.notices.catchup).
@@ -87,6 +94,8 @@ def text_body(body: dict[str, Any], snooze_url: str | None) -> str:
         return _TEXT.get_template("digest.txt").render(headline=headline(body), data=data)
     if body.get("type") == "test":
         return f"{one_line(headline(body))}\n\nThis channel works.\n"
+    if body.get("type") in BUDGET_HEADLINES:
+        return _TEXT.get_template("budget.txt").render(headline=headline(body), data=data)
     shown = {
         "workspace": data.get("workspace", {}),
         "host": data.get("host", {}),
@@ -135,7 +144,7 @@ def slack(body: dict[str, Any], snooze_url: str | None) -> dict[str, Any]:
     it can form no mention (`<!channel>`) and no link; the digest goes as escaped text."""
     data = body.get("data", {})
     lines = [f"*{_slack_line(headline(body))}*"]
-    if body.get("type") not in ("digest.daily", "test"):
+    if body.get("type") not in _TEXT_ONLY:
         lines.append(f"since {_slack_line(data.get('since', ''))}")
         booking = data.get("reservation")
         if booking:

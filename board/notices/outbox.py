@@ -81,10 +81,14 @@ _CLAIM = """
 _CLAIMED = """
     SELECT d.workspace_id, d.id, d.attempts, d.kind, d.recipient, e.id, e.body, e.gpu_id,
            c.url, c.sealed_url, c.sealed_secret, c.emails, c.deleted_at,
-           -- a person (not a channel) no longer in the workspace gets nothing more of it
+           -- a person (not a channel) no longer in the workspace, nor a team's contact,
+           -- gets nothing more of it
            (d.channel_id IS NULL AND NOT EXISTS (
                SELECT 1 FROM memberships m JOIN users u ON u.id = m.user_id
                WHERE m.workspace_id = d.workspace_id AND u.email = d.recipient
+           ) AND NOT EXISTS (
+               SELECT 1 FROM directory_teams t
+               WHERE t.workspace_id = d.workspace_id AND t.contact_email = d.recipient
            )) AS person_left
     FROM notice_deliveries d
     JOIN notice_events e ON e.id = d.event_id

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from board.errors import as_unavailable
 from board.metrics.registry import notices_pass_failures
 from board.notices import outbox
+from board.notices.budget_watch import watch_budgets
 from board.notices.detect import (
     PassResult,
     WorkspaceRow,
@@ -94,6 +95,17 @@ class Notices:
             result = await detect_workspace(
                 session, ws, now, public_url=self.settings.public_url, mail=self.mail
             )
+            # Budgets in a savepoint of their own too: a look that fails is retried.
+            try:
+                async with session.begin_nested():
+                    await watch_budgets(
+                        session, ws, now, public_url=self.settings.public_url, mail=self.mail
+                    )
+            except Exception:
+                notices_pass_failures.labels(stage="budgets").inc()
+                log.exception(
+                    "notices: the budgets of workspace %d failed; next pass retries", ws.id
+                )
             # A digest that cannot be made must not cost the workspace its episodes'
             # notices: a savepoint, rolled back alone (its day stays untaken: retried).
             try:

@@ -10,6 +10,7 @@ from board.web import (
     admin_routes,
     audit_routes,
     auth_routes,
+    budget_routes,
     directory_routes,
     fleet_routes,
     money_routes,
@@ -35,4 +36,5 @@ def install_web(app: FastAPI) -> None:
     app.include_router(reservation_routes.router)
     app.include_router(directory_routes.router)
     app.include_router(money_routes.router)
+    app.include_router(budget_routes.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

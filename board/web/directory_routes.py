@@ -12,9 +12,11 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request, Response
 from pydantic import ValidationError
 
+from board.db.connection import report_connection
 from board.db.deps import SessionDep
 from board.directory import service as directory
-from board.directory.schemas import DirectoryEntryIn
+from board.directory import teams
+from board.directory.schemas import DirectoryEntryIn, TeamIn
 from board.errors import DomainError, Unprocessable
 from board.fleet import service as fleet_views
 from board.web.deps import AdminPageDep, CsrfDep, Page
@@ -44,6 +46,8 @@ async def _page(
         # now would read "seen 49 min ago", so the page asks the hosts' newest state.
         "running": running_now(await fleet_views.fleet_hosts(db, page.ctx)),
         "members": await workspaces.list_members(db, page.ctx.workspace_id),
+        # Each team's contact, whom its budget notices go to (docs/budgets.md).
+        "teams": await teams.teams(await report_connection(db), page.ctx.workspace_id),
         "saved": saved,
         "error": error,
     }
@@ -79,6 +83,33 @@ async def save_entry(
         await directory.put_entry(db, page.ctx, name, body)
         return redirect(
             request, f"/w/{page.slug}/admin/directory?saved={quote(name, safe='')}#directory"
+        )
+
+    async def refused(exc: DomainError) -> Response:
+        return await _page(request, page, db, exc.status_code, exc.detail)
+
+    return await submit(db, page, save, refused)
+
+
+@router.post("/teams")
+async def save_team(
+    request: Request,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    team: Annotated[str, Form(max_length=200)] = "",
+    contact: Annotated[str, Form(max_length=400)] = "",
+) -> Response:
+    """Set (or clear, left empty) a team's contact email."""
+
+    async def save() -> Response:
+        try:
+            body = TeamIn.model_validate({"contactEmail": contact.strip() or None})
+        except ValidationError as exc:
+            raise Unprocessable(f"contactEmail: {exc.errors()[0]['msg']}") from None
+        await teams.put_team(db, page.ctx, team, body)
+        return redirect(
+            request, f"/w/{page.slug}/admin/directory?saved={quote(team[:64], safe='')}#teams"
         )
 
     async def refused(exc: DomainError) -> Response:

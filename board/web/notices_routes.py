@@ -43,6 +43,8 @@ _CONDITION_LABELS = {
 EVENT_LABELS = {
     **_CONDITION_LABELS,
     **{f"{code}.resolved": f"{label}: resolved" for code, label in _CONDITION_LABELS.items()},
+    "budget.warning": "Budget warning",
+    "budget.exceeded": "Budget exceeded",
     "digest.daily": "Daily digest",
     "test": "Test notice",
 }

@@ -15,6 +15,7 @@ from board.reportkit import params
 from board.reportkit.csv import render_csv
 from board.reportkit.slots import report_slot
 from board.reports import groupings, service
+from board.web.budget_view import this_months_shares
 from board.web.charts import DayChart, day_columns, stacked_bars
 from board.web.deps import Page, PageDep
 from board.web.render import PageRoute, error_page, finish, render
@@ -205,6 +206,8 @@ async def usage_page(
         "csv_url": f"/w/{page.slug}/usage.csv?{urlencode(query)}",
         # Digits of the currency's minor unit, for the cost column.
         "cost_digits": 2,
+        # Per team: each budgeted team's share of this month's budget (the budgets page).
+        "budget_shares": [],
         "api_url": (f"/api/v1/workspaces/{page.slug}/reports/usage?{urlencode(query)}&format=csv"),
     }
     refused = _form_refusal(from_, through) if not to else None
@@ -219,6 +222,11 @@ async def usage_page(
         async with report_slot(request, page.ctx.workspace_id) as conn:
             report = await _report(conn, page, query)
             days = await _days(conn, page, query, report, keys)
+            if keys == ["team"]:
+                zone = page.ctx.workspace.timezone
+                context["budget_shares"] = await this_months_shares(
+                    conn, page.ctx.workspace_id, zone
+                )
     except HTTPException as exc:
         return _busy(request, exc)
     except DomainError as exc:

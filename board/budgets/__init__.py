@@ -1,0 +1,1 @@
+"""Budgets: each team's GPU-hours and money per month or quarter, used and forecast."""
