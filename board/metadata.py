@@ -14,6 +14,7 @@ from board.auth.models import (
 from board.db.base import Base
 from board.directory.models import DirectoryEntry
 from board.enrollment.models import EnrollmentToken
+from board.health.models import GpuRetirement, MaintenanceWindow
 from board.hosts.models import Gpu, Host, HostRejection
 from board.notices.models import (
     NoticeChannel,
@@ -48,9 +49,11 @@ __all__ = [
     "Gpu",
     "GpuDayRollup",
     "GpuHourRollup",
+    "GpuRetirement",
     "HostHourRollup",
     "Host",
     "HostRejection",
+    "MaintenanceWindow",
     "Membership",
     "NoticeChannel",
     "NoticeDelivery",

@@ -14,7 +14,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-CONDITION_TYPES = ("gpu.idle_held", "reservation.idle", "host.stale", "host.error")
+CONDITION_TYPES = (
+    "gpu.idle_held",
+    "reservation.idle",
+    "host.stale",
+    "host.error",
+    "gpu.missing",
+    "gpu.hot",
+)
 EVENT_TYPES = (
     *CONDITION_TYPES,
     *(f"{t}.resolved" for t in CONDITION_TYPES),

@@ -59,6 +59,10 @@ _HEADLINES = {
     "host.stale.resolved": "Host reporting again",
     "host.error": "Host reports an error",
     "host.error.resolved": "Host error cleared",
+    "gpu.missing": "GPU missing",
+    "gpu.missing.resolved": "GPU reporting again",
+    "gpu.hot": "GPU running hot",
+    "gpu.hot.resolved": "GPU no longer hot",
     "digest.daily": "Daily digest",
     "test": "Test notice",
 }

@@ -105,3 +105,23 @@ async def bookings_in_force(
             note=note,
         )
     return out
+
+
+_BOOKED_DURING = """
+    SELECT DISTINCT gpu_id FROM reservation_gpus
+    WHERE workspace_id = %s AND host_id = ANY(%s) AND upper(during) > %s
+      AND during && tstzrange(%s, %s)
+"""
+
+
+async def booked_during(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    host_ids: Sequence[int],
+    start: datetime,
+    end: datetime,
+) -> set[int]:
+    """The GPU ids of these hosts with a booking overlapping [start, end) (one query, on
+    the bookings-by-end index: those that ended before are never read)."""
+    cur = await conn.execute(_BOOKED_DURING, [workspace_id, list(host_ids), start, start, end])
+    return {int(gpu_id) for (gpu_id,) in await cur.fetchall()}
