@@ -97,6 +97,7 @@ def overlapping(rules: Iterable[WindowRule], lo: datetime, hi: datetime) -> list
 
 
 def next_occurrence(rule: WindowRule, after: datetime) -> Occurrence | None:
-    """The occurrence in force at `after`, or the next one to start (within a year)."""
-    upcoming = occurrences(rule, after, after + timedelta(days=366))
+    """The occurrence in force at `after`, or the next one to start."""
+    # A recurring window runs at least once a week from its first start on.
+    upcoming = occurrences(rule, after, max(after, rule.starts_at) + timedelta(days=8))
     return upcoming[0] if upcoming else None
