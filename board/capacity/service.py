@@ -31,9 +31,16 @@ from board.capacity.params import CapacityQuery
 from board.capacity.schemas import Candidate, CandidateGpu, CapacityOut
 from board.db.connection import report_connection
 from board.health.maintenance_windows import window_rules
-from board.health.windows import in_force, overlapping
+from board.health.windows import in_force as in_force_now
+from board.health.windows import overlapping
 from board.hosts.freshness import freshness
-from board.reservations.availability import availability, booked_during, bookings_in_force
+from board.reservations.availability import (
+    Availability,
+    InForce,
+    availability,
+    booked_during,
+    bookings_in_force,
+)
 
 MAX_CANDIDATES = 20
 
@@ -45,20 +52,38 @@ _HOSTS = """
 _DEVICES = "SELECT id, uuid, gpu_index, name FROM gpus WHERE workspace_id = %s"
 
 
+@dataclass(slots=True)
+class _Gpu:
+    """A GPU that can be offered, as plain values (models are made for the answer only)."""
+
+    uuid: str
+    index: int
+    name: str
+    free: int | None
+    total: int | None
+    state: str
+    holders: tuple[str, ...]
+    availability: Availability | None = None
+
+
 @dataclass(frozen=True)
 class _Host:
-    host_id: str
+    host_id: int
+    public_id: str
     name: str
-    gpus: list[CandidateGpu]  # eligible, tightest first
+    gpus: list[_Gpu]  # tightest first
 
     def key(self, wanted: int) -> tuple[int, int, str, str]:
         spare = len(self.gpus) - wanted
-        memory = sum(g.free_memory_mb or 0 for g in self.gpus[:wanted])
-        return (spare, memory, self.name.casefold(), self.host_id)
+        memory = sum(g.free or 0 for g in self.gpus[:wanted])
+        return (spare, memory, self.name.casefold(), self.public_id)
+
+    def first(self, count: int) -> _Host:
+        return _Host(self.host_id, self.public_id, self.name, self.gpus[:count])
 
 
-def _tightest(gpu: CandidateGpu) -> tuple[int, int, str]:
-    return (gpu.free_memory_mb or 0, gpu.index, gpu.uuid)
+def _tightest(gpu: _Gpu) -> tuple[int, int, str]:
+    return (gpu.free or 0, gpu.index, gpu.uuid)
 
 
 async def find_capacity(
@@ -68,13 +93,37 @@ async def find_capacity(
     query: CapacityQuery,
     now: datetime,
 ) -> CapacityOut:
-    hosts = await _eligible(session, workspace_id, stale_after_seconds, query, now)
-    fits, candidates = (_same_host if query.same_host else _any_host)(hosts, query.gpus)
+    conn = await report_connection(session)
+    must_be_free_now = query.start is None or query.start <= now
+    in_force: InForce = {}
+    hosts = await _eligible(session, workspace_id, stale_after_seconds, query, now, in_force)
+    fits, chosen = (_same_host if query.same_host else _any_host)(hosts, query.gpus)
+    if not must_be_free_now and chosen:
+        # Only shown for a range ahead: read for the hosts in the answer alone.
+        in_force = await bookings_in_force(conn, workspace_id, [h.host_id for h in chosen], now)
+    candidates = []
+    for host in chosen:
+        gpus = []
+        for g in host.gpus:
+            booking = in_force.get((host.host_id, g.uuid))
+            users = frozenset(booking.linux_users) if booking is not None else None
+            shown = g.availability or availability(True, g.state, g.holders, users)
+            gpus.append(
+                CandidateGpu.model_construct(
+                    uuid=g.uuid,
+                    index=g.index,
+                    name=g.name,
+                    free_memory_mb=g.free,
+                    availability=shown,
+                    memory_total_mb=g.total,
+                )
+            )
+        candidates.append(
+            Candidate.model_construct(host_id=host.public_id, display_name=host.name, gpus=gpus)
+        )
     return CapacityOut(
         fits=fits,
-        candidates=[
-            Candidate(host_id=h.host_id, display_name=h.name, gpus=h.gpus) for h in candidates
-        ],
+        candidates=candidates,
         gpus_wanted=query.gpus,
         min_free_memory_mb=query.min_free_memory_mb,
         from_=query.start,
@@ -90,7 +139,10 @@ async def _eligible(
     stale_after_seconds: int,
     query: CapacityQuery,
     now: datetime,
+    in_force: InForce,
 ) -> list[_Host]:
+    """The hosts with GPUs that can be offered, each GPU's list tightest first;
+    `in_force` is filled with the bookings in force now where they were read."""
     conn = await report_connection(session)
     rows = await (await conn.execute(_HOSTS, [workspace_id])).fetchall()
     fresh = [
@@ -101,72 +153,68 @@ async def _eligible(
     ids = [r[0] for r in fresh]
     cur = await conn.execute(_DEVICES, [workspace_id])
     devices = {gpu_id: (uuid, index, name) for gpu_id, uuid, index, name in await cur.fetchall()}
-    bookings = await bookings_in_force(conn, workspace_id, ids, now)
-    booked: set[int] = set()
     rules = await window_rules(session, workspace_id)
+    booked: set[int] = set()
     if query.start is not None and query.end is not None:
         booked = await booked_during(conn, workspace_id, ids, query.start, query.end)
         closed = {o.host_id for o in overlapping(rules, query.start, query.end)}
     else:
-        closed = set(in_force(rules, now))
+        closed = set(in_force_now(rules, now))
     must_be_free_now = query.start is None or query.start <= now
+    if must_be_free_now:
+        in_force.update(await bookings_in_force(conn, workspace_id, ids, now))
     model = query.model.casefold()
+    floor = query.min_free_memory_mb
     found: list[_Host] = []
     for host_id, public, name, _, _, tick in fresh:
-        if host_id in closed:
+        if host_id in closed or not tick:
             continue
-        gpus: list[CandidateGpu] = []
-        for gpu_id, state, _util, used, total, holders, *_ in json.loads(tick) if tick else ():
-            if gpu_id not in devices or gpu_id in booked:
+        gpus: list[_Gpu] = []
+        for gpu_id, state, _util, used, total, holders, *_ in json.loads(tick):
+            device = devices.get(gpu_id)
+            if device is None or gpu_id in booked:
                 continue
-            uuid, index, gpu_name = devices[gpu_id]
+            uuid, index, gpu_name = device
             if model and model not in gpu_name.casefold():
                 continue
-            booking = bookings.get((host_id, uuid))
-            users = frozenset(booking.linux_users) if booking is not None else None
-            now_shown = availability(True, state, tuple(holders), users)
+            held = tuple(holders)
+            shown: Availability | None = None
             if must_be_free_now:
-                if now_shown != "free":
+                booking = in_force.get((host_id, uuid))
+                users = frozenset(booking.linux_users) if booking is not None else None
+                shown = availability(True, state, held, users)
+                if shown != "free":
                     continue
                 free = total - used if total is not None and used is not None else None
             else:
-                free = total
-            if (free or 0) < query.min_free_memory_mb:
+                free = total  # a booking has the whole card
+            if (free or 0) < floor:
                 continue
-            gpus.append(
-                CandidateGpu(
-                    uuid=uuid,
-                    index=index,
-                    name=gpu_name,
-                    free_memory_mb=free,
-                    availability=now_shown,
-                    memory_total_mb=total,
-                )
-            )
+            gpus.append(_Gpu(uuid, index, gpu_name, free, total, state, held, shown))
         if gpus:
-            found.append(_Host(str(public), name, sorted(gpus, key=_tightest)))
+            found.append(_Host(host_id, str(public), name, sorted(gpus, key=_tightest)))
     return found
 
 
 def _same_host(hosts: list[_Host], wanted: int) -> tuple[bool, list[_Host]]:
     fitting = sorted((h for h in hosts if len(h.gpus) >= wanted), key=lambda h: h.key(wanted))
     if fitting:
-        return True, [_Host(h.host_id, h.name, h.gpus[:wanted]) for h in fitting[:MAX_CANDIDATES]]
-    closest = sorted(hosts, key=lambda h: (-len(h.gpus), h.name.casefold(), h.host_id))
+        return True, [h.first(wanted) for h in fitting[:MAX_CANDIDATES]]
+    closest = sorted(hosts, key=lambda h: (-len(h.gpus), h.name.casefold(), h.public_id))
     return False, closest[:1]
 
 
 def _any_host(hosts: list[_Host], wanted: int) -> tuple[bool, list[_Host]]:
     """Whole hosts, most such GPUs first, until one host can hold what is left: the best
     fit of those gives the rest."""
-    pool = sorted(hosts, key=lambda h: (-len(h.gpus), h.name.casefold(), h.host_id))
+    pool = sorted(hosts, key=lambda h: (-len(h.gpus), h.name.casefold(), h.public_id))
     chosen: list[_Host] = []
     left = wanted
     while left > 0 and pool:
         holding = [h for h in pool if len(h.gpus) >= left]
         if holding:
             best = min(holding, key=lambda h: h.key(left))
-            chosen.append(_Host(best.host_id, best.name, best.gpus[:left]))
+            chosen.append(best.first(left))
             return True, chosen
         taken = pool.pop(0)
         chosen.append(taken)
