@@ -36,13 +36,14 @@ from board.health.windows import overlapping
 from board.hosts.freshness import freshness
 from board.reservations.availability import (
     Availability,
-    InForce,
     availability,
     booked_during,
-    bookings_in_force,
+    booking_users_in_force,
 )
 
 MAX_CANDIDATES = 20
+# (host id, GPU uuid) -> the Linux users of the booking in force now.
+BookedUsers = dict[tuple[int, str], frozenset[str]]
 
 _HOSTS = """
     SELECT id, public_id, display_name, latest_observed_at, latest_collection_status,
@@ -95,18 +96,18 @@ async def find_capacity(
 ) -> CapacityOut:
     conn = await report_connection(session)
     must_be_free_now = query.start is None or query.start <= now
-    in_force: InForce = {}
+    in_force: BookedUsers = {}
     hosts = await _eligible(session, workspace_id, stale_after_seconds, query, now, in_force)
     fits, chosen = (_same_host if query.same_host else _any_host)(hosts, query.gpus)
     if not must_be_free_now and chosen:
         # Only shown for a range ahead: read for the hosts in the answer alone.
-        in_force = await bookings_in_force(conn, workspace_id, [h.host_id for h in chosen], now)
+        ids = [h.host_id for h in chosen]
+        in_force = await booking_users_in_force(conn, workspace_id, ids, now)
     candidates = []
     for host in chosen:
         gpus = []
         for g in host.gpus:
-            booking = in_force.get((host.host_id, g.uuid))
-            users = frozenset(booking.linux_users) if booking is not None else None
+            users = in_force.get((host.host_id, g.uuid))
             shown = g.availability or availability(True, g.state, g.holders, users)
             gpus.append(
                 CandidateGpu.model_construct(
@@ -139,7 +140,7 @@ async def _eligible(
     stale_after_seconds: int,
     query: CapacityQuery,
     now: datetime,
-    in_force: InForce,
+    in_force: BookedUsers,
 ) -> list[_Host]:
     """The hosts with GPUs that can be offered, each GPU's list tightest first;
     `in_force` is filled with the bookings in force now where they were read."""
@@ -162,7 +163,7 @@ async def _eligible(
         closed = set(in_force_now(rules, now))
     must_be_free_now = query.start is None or query.start <= now
     if must_be_free_now:
-        in_force.update(await bookings_in_force(conn, workspace_id, ids, now))
+        in_force.update(await booking_users_in_force(conn, workspace_id, ids, now))
     model = query.model.casefold()
     floor = query.min_free_memory_mb
     found: list[_Host] = []
@@ -180,9 +181,7 @@ async def _eligible(
             held = tuple(holders)
             shown: Availability | None = None
             if must_be_free_now:
-                booking = in_force.get((host_id, uuid))
-                users = frozenset(booking.linux_users) if booking is not None else None
-                shown = availability(True, state, held, users)
+                shown = availability(True, state, held, in_force.get((host_id, uuid)))
                 if shown != "free":
                     continue
                 free = total - used if total is not None and used is not None else None
