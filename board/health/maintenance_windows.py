@@ -14,6 +14,7 @@ from board.errors import Conflict, NotFound, Unprocessable
 from board.health.models import MaintenanceWindow
 from board.health.schemas import WindowIn, WindowOut
 from board.health.windows import PERIODS, WindowRule, next_occurrence
+from board.hosts.models import Host
 from board.hosts.service import get_host_row
 from board.zones import iana_zone
 
@@ -108,9 +109,9 @@ def window_view(row: MaintenanceWindow, host_public: str, now: datetime) -> Wind
 
 
 async def add_window(
-    session: AsyncSession, ctx: WorkspaceContext, host_id: str, body: WindowIn
+    session: AsyncSession, ctx: WorkspaceContext, host: Host, body: WindowIn
 ) -> WindowOut:
-    host = await get_host_row(session, ctx.workspace_id, host_id)
+    """A window on `host` (the caller looked it up in ctx's workspace)."""
     zone = ctx.workspace.timezone
     start, end, until = _checked(body, zone)
     # Two admins adding at once count one after the other (held until the commit).

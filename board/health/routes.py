@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
 
 from board.audit.service import record
 from board.auth.deps import AdminDep, ReaderDep
@@ -11,8 +13,19 @@ from board.errors import answers
 from board.health import maintenance_windows as windows
 from board.health.retire import retire_gpu
 from board.health.schemas import RetiredGpuOut, WindowIn, WindowList, WindowOut
+from board.hosts.models import Host
+from board.hosts.service import get_host_row
 
 router = APIRouter(prefix="/api/v1/workspaces/{slug}/hosts", tags=["fleet health"])
+
+
+async def window_host(host_id: str, ctx: AdminDep, session: SessionDep) -> Host:
+    """The host of the URL, looked up before the body is read: another workspace's host
+    is a 404 whatever the body holds (a dependency runs before the body is validated)."""
+    return await get_host_row(session, ctx.workspace_id, host_id)
+
+
+WindowHostDep = Annotated[Host, Depends(window_host)]
 
 
 @router.post(
@@ -22,11 +35,13 @@ router = APIRouter(prefix="/api/v1/workspaces/{slug}/hosts", tags=["fleet health
     summary="Plan a maintenance window",
     responses=answers(409, meaning={409: "The host has as many windows as it may have."}),
 )
-async def add_window(host_id: str, body: WindowIn, ctx: AdminDep, session: SessionDep) -> WindowOut:
+async def add_window(
+    host: WindowHostDep, body: WindowIn, ctx: AdminDep, session: SessionDep
+) -> WindowOut:
     """Once, or `recurrence` daily or weekly at the same local times in the workspace's
     zone (until `until`). A host inside a window raises no notice; its figures are
     unchanged."""
-    made = await windows.add_window(session, ctx, host_id, body)
+    made = await windows.add_window(session, ctx, host, body)
     await record(
         session,
         ctx,
