@@ -65,11 +65,10 @@ class GpuHealth:
             now = None
             for workspace_id, host_id, observed_at, status, tick, stale, hot, now in rows:
                 fresh = freshness(observed_at, status, now, int(stale)) in ("ok", "partial")
-                listed = listed_gpus(tick)
-                states[workspace_id].append(HostState(host_id, observed_at, fresh, listed))
+                states[workspace_id].append(HostState(host_id, observed_at, fresh))
                 thresholds[host_id] = int(hot)
                 if not fresh:
-                    counts["not_observed"] += len(listed)
+                    counts["not_observed"] += len(listed_gpus(tick))
             fresh_ids = [s.host_id for found in states.values() for s in found if s.fresh]
             if fresh_ids:
                 cur = await conn.execute(_TEMPERATURES, [fresh_ids])

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.db.connection import report_connection
 from board.health.maintenance_windows import window_rules
-from board.health.missing import FRESH, HostState, MissingGpu, absent_gpus, listed_gpus
+from board.health.missing import FRESH, HostState, MissingGpu, absent_gpus
 from board.health.windows import Occurrence, in_force, overlapping
 from board.hosts.freshness import freshness
 
@@ -21,7 +21,7 @@ UPCOMING = timedelta(days=1)
 
 _HOSTS = text(
     """
-    SELECT h.id, h.public_id, h.latest_observed_at, h.latest_collection_status, h.latest_tick,
+    SELECT h.id, h.public_id, h.latest_observed_at, h.latest_collection_status,
            w.stale_after_seconds, w.hot_temperature_c
     FROM workspaces w
     LEFT JOIN hosts h ON h.workspace_id = w.id AND h.revoked_at IS NULL
@@ -62,25 +62,24 @@ def host_state(
     host_id: int,
     latest_observed_at: datetime | None,
     status: str | None,
-    tick: str | None,
     now: datetime,
     stale_after_seconds: int,
 ) -> HostState:
     fresh = freshness(latest_observed_at, status, now, stale_after_seconds) in FRESH
-    return HostState(host_id, latest_observed_at, fresh, listed_gpus(tick))
+    return HostState(host_id, latest_observed_at, fresh)
 
 
 async def fleet_health(session: AsyncSession, workspace_id: int, now: datetime) -> FleetHealth:
     """The workspace's health now (its unrevoked hosts)."""
     rows = (await session.execute(_HOSTS, {"ws": workspace_id})).all()
-    threshold = int(rows[0][6]) if rows else 85
+    threshold = int(rows[0][5]) if rows else 85
     public: dict[int, str] = {}
     states: list[HostState] = []
-    for host_id, public_id, observed_at, status, tick, stale_after, _ in rows:
+    for host_id, public_id, observed_at, status, stale_after, _ in rows:
         if host_id is None:
             continue  # a workspace without hosts: its one row, for the threshold
         public[host_id] = str(public_id)
-        states.append(host_state(host_id, observed_at, status, tick, now, int(stale_after)))
+        states.append(host_state(host_id, observed_at, status, now, int(stale_after)))
     conn = await report_connection(session)
     missing: dict[str, list[MissingGpu]] = defaultdict(list)
     for gone in await absent_gpus(conn, workspace_id, states):

@@ -100,9 +100,9 @@ async def observe_health(
     workspace = {"slug": ws.slug, "name": ws.name}
     shown: dict[int, dict[str, Any]] = {}
     states = []
-    for host_id, public, display, hostname, observed_at, status, tick in hosts:
+    for host_id, public, display, hostname, observed_at, status, _tick in hosts:
         shown[host_id] = {"hostId": str(public), "displayName": display, "hostname": hostname}
-        states.append(host_state(host_id, observed_at, status, tick, now, ws.stale_after_seconds))
+        states.append(host_state(host_id, observed_at, status, now, ws.stale_after_seconds))
     # A host stale or in error reports no GPU: whether one is missing or hot is unknown.
     seen.waiting = {
         f"{kind}:{s.host_id}" for s in states if not s.fresh for kind in ("gpu.missing", "gpu.hot")
