@@ -211,3 +211,32 @@ async def test_no_notice_inside_a_maintenance_window_across_dst(app, client) -> 
         result = (await detect(at))["acme"]
         assert result.opened == result.closed == []
     assert [e[1] for e in await events(app)] == ["host.stale"]
+
+
+def test_the_digest_lists_maintenance_windows() -> None:
+    from board.notices.messages import text_body
+
+    data = {
+        "workspace": {"slug": "acme", "name": "Acme"},
+        "day": "2027-03-28",
+        "idleHeldGpuHours": 0,
+        "idleHeldByUser": [],
+        "reservedIdleGpuHours": 0,
+        "reservedIdleByMember": [],
+        "unhealthyHosts": [],
+        "longestIdleHeld": [],
+        "maintenance": [
+            {
+                "host": {"hostId": "h", "displayName": "node-a", "hostname": "node-a"},
+                "start": "2027-03-28T23:00:00+00:00",
+                "end": "2027-03-29T01:00:00+00:00",
+                "recurrence": "daily",
+                "note": "firmware",
+            }
+        ],
+    }
+    text = text_body({"type": "digest.daily", "data": data}, None)
+    assert (
+        "  node-a: 2027-03-28T23:00:00+00:00 to 2027-03-29T01:00:00+00:00 (daily): firmware"
+        in text
+    )
