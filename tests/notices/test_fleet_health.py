@@ -237,6 +237,5 @@ def test_the_digest_lists_maintenance_windows() -> None:
     }
     text = text_body({"type": "digest.daily", "data": data}, None)
     assert (
-        "  node-a: 2027-03-28T23:00:00+00:00 to 2027-03-29T01:00:00+00:00 (daily): firmware"
-        in text
+        "  node-a: 2027-03-28T23:00:00+00:00 to 2027-03-29T01:00:00+00:00 (daily): firmware" in text
     )
