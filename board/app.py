@@ -17,6 +17,7 @@ from board.archives.routes import agent_router as archives_agent_router
 from board.archives.routes import api_router as archives_api_router
 from board.audit.routes import router as audit_router
 from board.budgets.routes import router as budgets_router
+from board.capacity.routes import router as capacity_router
 from board.db.deps import PoolDep
 from board.db.urls import resolve_database_url
 from board.directory.routes import router as directory_router
@@ -24,6 +25,8 @@ from board.edge import BaselineHeadersMiddleware, NegotiatedGZipMiddleware, Requ
 from board.enrollment.routes import router as enrollment_router
 from board.errors import ServiceUnavailable, install_error_handlers
 from board.fleet.routes import router as fleet_router
+from board.health.metric import GpuHealth
+from board.health.routes import router as health_router
 from board.hosts.freshness_metric import HostFreshness
 from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware
@@ -140,7 +143,7 @@ def create_app(
     )
     install_error_handlers(app)
     # Metrics the kit's /metrics computes from the domains' tables when scraped.
-    app.state.scrape_time_families = [HostFreshness()]
+    app.state.scrape_time_families = [HostFreshness(), GpuHealth()]
     # Pages, their JSON and reports compressed for browsers that ask (a 2,400-GPU fleet
     # page is ~10x smaller); Server-Sent Events are never buffered (excluded by type).
     app.add_middleware(
@@ -167,6 +170,8 @@ def create_app(
     app.include_router(stream_api_router)
     app.include_router(fleet_router)
     app.include_router(hosts_router)
+    app.include_router(health_router)
+    app.include_router(capacity_router)
     app.include_router(enrollment_router)
     app.include_router(workspaces_router)
     app.include_router(me_router)

@@ -15,6 +15,7 @@ from board.budgets.models import Budget, BudgetCheck, BudgetNotice
 from board.db.base import Base
 from board.directory.models import DirectoryEntry, DirectoryTeam
 from board.enrollment.models import EnrollmentToken
+from board.health.models import GpuRetirement, MaintenanceWindow
 from board.hosts.models import Gpu, Host, HostRejection
 from board.notices.models import (
     NoticeChannel,
@@ -53,9 +54,11 @@ __all__ = [
     "Gpu",
     "GpuDayRollup",
     "GpuHourRollup",
+    "GpuRetirement",
     "HostHourRollup",
     "Host",
     "HostRejection",
+    "MaintenanceWindow",
     "Membership",
     "NoticeChannel",
     "NoticeDelivery",

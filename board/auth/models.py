@@ -66,6 +66,8 @@ class Workspace(Base):
     idle_held_notice_minutes: Mapped[int] = mapped_column(Integer, server_default="30")
     reservation_idle_notice_minutes: Mapped[int] = mapped_column(Integer, server_default="30")
     digest_hour: Mapped[int | None] = mapped_column(Integer)
+    # Fleet health (board/health): a GPU at or above this temperature is hot.
+    hot_temperature_c: Mapped[int] = mapped_column(Integer, server_default="85")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (
@@ -90,6 +92,7 @@ class Workspace(Base):
             "reservation_idle_notice_minutes BETWEEN 1 AND 10080", name="reservation_notice_range"
         ),
         CheckConstraint("digest_hour BETWEEN 0 AND 23", name="digest_hour_range"),
+        CheckConstraint("hot_temperature_c BETWEEN 30 AND 120", name="hot_temperature_range"),
     )
 
 

@@ -19,7 +19,7 @@ Rules (docs/notices.md):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from board.db.connection import report_connection
 from board.hosts.freshness import freshness
 from board.notices.events import enqueue, iso
+from board.notices.health_detect import observe_health
 from board.reservations.availability import availability, bookings_in_force
 from board.rollups.crediting import from_us
 
@@ -69,6 +70,8 @@ class Seen:
 
     conditions: dict[tuple[str, str], Condition]
     unknown: set[str]
+    # Maintenance windows in force now or starting within a day (the digest lists them).
+    maintenance: list[dict[str, Any]] = field(default_factory=list)
 
 
 WORKSPACES = text(
@@ -242,6 +245,17 @@ async def observe(
                     [booking.member_email],
                 )
             )
+    # Missing and hot GPUs, maintenance windows (board.notices.health_detect).
+    health = await observe_health(
+        session, ws, now, hosts, lambda host, index: gpu_link(public_url, ws.slug, host, index)
+    )
+    for holding in health.conditions:
+        add(Condition(*holding))
+    seen.maintenance = health.maintenance
+    seen.unknown.update(health.waiting)
+    seen.conditions = {
+        k: c for k, c in seen.conditions.items() if c.host_id not in health.in_maintenance
+    }
     for condition in seen.conditions.values():
         condition.data.setdefault("since", iso(condition.since))
     return seen
@@ -294,6 +308,8 @@ async def detect_workspace(
             if absent_since is not None:
                 await _set_absent(session, ws.id, episode_id, None)
             continue
+        if f"maintenance:{host_id}" in seen.unknown or f"{kind}:{host_id}" in seen.unknown:
+            continue  # in a maintenance window, or its host cannot tell (health_detect)
         gpu_subject = f"gpu:{gpu_id}" if gpu_id is not None else None
         waits = gpu_subject in seen.unknown or f"host-gpus:{host_id}" in seen.unknown
         if gpu_id is not None and waits:

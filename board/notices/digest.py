@@ -109,6 +109,7 @@ async def send_if_due(
     data |= {
         "workspace": {"slug": ws.slug, "name": ws.name},
         "unhealthyHosts": unhealthy,
+        "maintenance": seen.maintenance,
         "longestIdleHeld": [
             {
                 "host": c.data["host"],

@@ -14,7 +14,14 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-CONDITION_TYPES = ("gpu.idle_held", "reservation.idle", "host.stale", "host.error")
+CONDITION_TYPES = (
+    "gpu.idle_held",
+    "reservation.idle",
+    "host.stale",
+    "host.error",
+    "gpu.missing",
+    "gpu.hot",
+)
 # Told once per team and period each, never resolved (board/notices/budget_watch.py).
 BUDGET_TYPES = ("budget.warning", "budget.exceeded")
 EVENT_TYPES = (

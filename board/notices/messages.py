@@ -62,6 +62,10 @@ _HEADLINES = {
     "host.error": "Host reports an error",
     "host.error.resolved": "Host error cleared",
     **BUDGET_HEADLINES,
+    "gpu.missing": "GPU missing",
+    "gpu.missing.resolved": "GPU reporting again",
+    "gpu.hot": "GPU running hot",
+    "gpu.hot.resolved": "GPU no longer hot",
     "digest.daily": "Daily digest",
     "test": "Test notice",
 }

@@ -105,3 +105,45 @@ async def bookings_in_force(
             note=note,
         )
     return out
+
+
+_BOOKED_DURING = """
+    SELECT DISTINCT gpu_id FROM reservation_gpus
+    WHERE workspace_id = %s AND host_id = ANY(%s) AND upper(during) > %s
+      AND during && tstzrange(%s, %s)
+"""
+
+
+async def booked_during(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    host_ids: Sequence[int],
+    start: datetime,
+    end: datetime,
+) -> set[int]:
+    """The GPU ids of these hosts with a booking overlapping [start, end) (one query, on
+    the bookings-by-end index: those that ended before are never read)."""
+    cur = await conn.execute(_BOOKED_DURING, [workspace_id, list(host_ids), start, start, end])
+    return {int(gpu_id) for (gpu_id,) in await cur.fetchall()}
+
+
+_USERS_IN_FORCE = """
+    SELECT rg.host_id, g.uuid, r.linux_users
+    FROM reservation_gpus rg
+    JOIN gpus g ON g.workspace_id = rg.workspace_id AND g.id = rg.gpu_id
+    JOIN reservations r ON r.workspace_id = rg.workspace_id AND r.id = rg.reservation_id
+    WHERE rg.workspace_id = %s AND rg.host_id = ANY(%s) AND rg.during @> %s::timestamptz
+"""
+
+
+async def booking_users_in_force(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    host_ids: Sequence[int],
+    now: datetime,
+) -> dict[tuple[int, str], frozenset[str]]:
+    """(host id, GPU uuid) -> the Linux users of the booking in force now: what
+    `availability` needs, without the bookings' models (the capacity question reads
+    every host's, and a model per booking was most of its time)."""
+    cur = await conn.execute(_USERS_IN_FORCE, [workspace_id, list(host_ids), now])
+    return {(int(h), str(u)): frozenset(users) for h, u, users in await cur.fetchall()}

@@ -11,6 +11,7 @@ from board.web import (
     audit_routes,
     auth_routes,
     budget_routes,
+    capacity_routes,
     directory_routes,
     fleet_routes,
     money_routes,
@@ -28,6 +29,7 @@ def install_web(app: FastAPI) -> None:
     app.include_router(sso_routes.router)
     app.include_router(account_routes.router)
     app.include_router(fleet_routes.router)
+    app.include_router(capacity_routes.router)
     app.include_router(usage_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(audit_routes.router)

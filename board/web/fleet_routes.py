@@ -29,6 +29,7 @@ from board.reservations.timeline import host_timeline
 from board.runtime import Runtime, RuntimeDep
 from board.stream.sse import sse_response
 from board.web.deps import MemberPageDep, Page, PageDep
+from board.web.find_gpus import FindForm
 from board.web.fleet import (
     CARD_STATES,
     CARDS_UP_TO,
@@ -39,6 +40,7 @@ from board.web.fleet import (
     build_fleet,
     host_cards,
 )
+from board.web.fleet_health import health_view
 from board.web.fleet_people import people
 from board.web.fleet_rows import gpu_rows
 from board.web.host_charts import DEFAULT_RANGE, host_history
@@ -141,6 +143,12 @@ async def _fleet_context(
         "sorts": SORTS,
         "groups": GROUPS,
         "views": VIEWS,
+        # Missing and hot GPUs, maintenance windows (board.web.fleet_health); the counts
+        # fragment's Retire buttons post with the session's CSRF token.
+        "health": await health_view(
+            db, page.ctx.workspace_id, page.ctx.workspace.timezone, all_hosts, now
+        ),
+        "csrf_token": page.person.session.csrf,
     }
     return context, fleet
 
@@ -171,6 +179,7 @@ async def fleet_page(
 ) -> Response:
     context, _ = await _fleet_context(page, db, query)
     context.update(nav="fleet", states=CARD_STATES, refresh_seconds=REFRESH_SECONDS)
+    context["find"] = FindForm()  # the "Find GPUs" form, empty (board.web.capacity_routes)
     return render(request, "fleet.html", context)
 
 
@@ -182,6 +191,7 @@ async def fleet_json(
     # What the fragments draw: the fleet, the query, the minute, who looks, the release.
     etag = etag_of(
         fleet.fingerprint(),
+        context["health"].fingerprint(),
         query.__dict__,
         context["view"],
         context["now"],

@@ -39,6 +39,8 @@ _CONDITION_LABELS = {
     "reservation.idle": "Booked GPU idle",
     "host.stale": "Host stale",
     "host.error": "Host in error",
+    "gpu.missing": "GPU missing",
+    "gpu.hot": "GPU hot",
 }
 EVENT_LABELS = {
     **_CONDITION_LABELS,

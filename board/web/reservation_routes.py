@@ -10,6 +10,7 @@ names who is on them and asks to "Book anyway".
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import partial
@@ -102,6 +103,7 @@ async def _page(
     feed_url: str | None = None,
     gpu: str = "",
     busy: list[BusyGpu] | None = None,
+    prefill: BookingForm | None = None,
 ) -> Response:
     """The page; `refusal` of the booking form (`form` given) or of a booking's change,
     `busy`: the GPUs someone else is on, for the form's "Book anyway"."""
@@ -121,7 +123,9 @@ async def _page(
     names = dict(hosts)
     words = Words(zone, names, {(g.host_id, g.uuid): g.index for g in gpus})
     default_start = now.replace(second=0, microsecond=0)
-    picked = tuple(g.uuid for g in gpus if g.host_id == host and g.uuid == gpu)
+    # From a GPU card's "Book this GPU", or the "Find GPUs" page's "Book these".
+    wanted = {gpu, *(prefill.gpus if prefill else ())}
+    picked = tuple(g.uuid for g in gpus if g.host_id == host and g.uuid in wanted)
     booking_refused = form is not None
     error = None
     if refusal is not None:
@@ -129,8 +133,9 @@ async def _page(
     form = form or BookingForm(
         host=host,
         gpus=picked,
-        start=_local_input(default_start, zone),
-        end=_local_input(default_start.replace(minute=0) + timedelta(hours=3), zone),
+        start=(prefill and prefill.start) or _local_input(default_start, zone),
+        end=(prefill and prefill.end)
+        or _local_input(default_start.replace(minute=0) + timedelta(hours=3), zone),
     )
     context: dict[str, Any] = {
         "page": page,
@@ -169,9 +174,15 @@ async def reservations_page(
     db: SessionDep,
     host: Annotated[str, Query(max_length=64)] = "",
     gpu: Annotated[str, Query(max_length=128)] = "",
+    gpus: Annotated[list[str] | None, Query(max_length=128)] = None,
+    start: Annotated[str, Query(max_length=40)] = "",
+    end: Annotated[str, Query(max_length=40)] = "",
 ) -> Response:
-    """The page; `host` (and `gpu`, from a GPU card's "Book this GPU") fill the form."""
-    return await _page(request, page, db, host, gpu=gpu)
+    """The page; `host` (and `gpu`, from a GPU card's "Book this GPU"; `gpus`, `start` and
+    `end`, from the "Find GPUs" page's "Book these") fill the form."""
+    times = [t if re.fullmatch(TIME_PATTERN, t) else "" for t in (start, end)]
+    prefill = BookingForm(host, tuple((gpus or [])[:64]), *times)
+    return await _page(request, page, db, host, gpu=gpu, prefill=prefill)
 
 
 def _booking(form: BookingForm, zone: tzinfo, gpus: list[str]) -> ReservationIn:

@@ -47,6 +47,8 @@ class WorkspaceSettings(ReadModel):
     reservation_idle_notice_minutes: int
     digest_hour: int | None
     max_sample_gap_history: list[SampleGapValue]
+    # Fleet health: a GPU at or above this temperature is hot (board/health).
+    hot_temperature_c: int
 
 
 def _not_null(value: object) -> object:
@@ -113,6 +115,7 @@ class SettingsPatch(BaseModel):
     reservation_idle_notice_minutes: Annotated[int | None, NotNull, Field(ge=1, le=10080)] = None
     # The one setting that may be null: no daily digest.
     digest_hour: Annotated[int | None, Field(ge=0, le=23)] = None
+    hot_temperature_c: Annotated[int | None, NotNull, Field(ge=30, le=120)] = None
 
     @model_validator(mode="wrap")
     @classmethod

@@ -6,7 +6,7 @@ warnings and overruns told (once per team, period and kind: the key), `budget_ch
 when a workspace's budgets were last compared with its usage.
 
 Revision ID: e81ab5cf36f9
-Revises: a29e1e7c0b01
+Revises: 5f0557e61b7b
 Create Date: 2026-12-04 22:10:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "e81ab5cf36f9"
-down_revision: str | None = "a29e1e7c0b01"
+down_revision: str | None = "5f0557e61b7b"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

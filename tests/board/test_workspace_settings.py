@@ -103,6 +103,7 @@ async def test_settings_validation(app, client) -> None:
         "idleHeldNoticeMinutes": 30,
         "reservationIdleNoticeMinutes": 30,
         "digestHour": None,
+        "hotTemperatureC": 85,
     }
 
 

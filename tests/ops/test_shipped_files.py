@@ -24,7 +24,8 @@ DURATION = re.compile(r"^\d+[smhd]$")
 
 def exported_names() -> set[str]:
     """Every sample name the board's /metrics can show."""
-    names = {"gua_board_hosts"}  # computed at scrape time (board/hosts/freshness_metric.py)
+    # Computed at scrape time (board/hosts/freshness_metric.py, board/health/metric.py).
+    names = {"gua_board_hosts", "gua_board_gpus"}
     for value in vars(registry).values():
         if not isinstance(value, MetricWrapperBase):
             continue

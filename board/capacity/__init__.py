@@ -1,0 +1,1 @@
+"""Capacity: which GPUs are free now, or unbooked through a future range, best fit first."""
