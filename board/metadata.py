@@ -24,7 +24,7 @@ from board.notices.models import (
     NoticeSnooze,
 )
 from board.observations.tables import host_observations
-from board.pricing.models import Price, WorkspaceCurrency
+from board.pricing.models import CarbonIntensity, EnergyPrice, Price, WorkspaceCurrency
 from board.reports.bodies import ReportBody
 from board.reservations.models import (
     CalendarFeedToken,
@@ -43,7 +43,9 @@ __all__ = [
     "AuditEvent",
     "Base",
     "CalendarFeedToken",
+    "CarbonIntensity",
     "DirectoryEntry",
+    "EnergyPrice",
     "EnrollmentToken",
     "Gpu",
     "GpuDayRollup",
