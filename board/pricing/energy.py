@@ -158,7 +158,7 @@ def energy_cost(
     """`energyCost`, or None without a currency or a price in force all along."""
     if currency is None or not _known(covered_us, unpriced_us):
         return None
-    return energy_minor(numerator, currency.minor_units) / 10**currency.minor_units
+    return float(energy_minor(numerator, currency.minor_units) / 10**currency.minor_units)
 
 
 def energy_cost_text(

@@ -266,17 +266,17 @@ async def usage_report(
     width = len(columns)
     with zone_known_to_database(window):
         for found in await repo.held_by(conn, scope, columns, pricing, energy=not with_covered):
-            held = [*found[width : width + 3], 0, exact(found[width + 3])]
+            time = [*found[width : width + 3], 0, exact(found[width + 3])]
             figures[found[:width]] = (
-                held,
+                time,
                 NO_ENERGY if with_covered else energy_sums(found[width + 4 :]),
             )
         if with_covered:
             # GPUs nobody held still show, with their covered time: not silently missing.
             for found in await repo.covered_by(conn, scope, columns):
-                held = figures.get(found[:width], ([0, 0, 0, 0, 0], NO_ENERGY))[0]
-                held[3] = found[width]
-                figures[found[:width]] = (held, energy_sums(found[width + 1 :]))
+                time = figures.get(found[:width], ([0, 0, 0, 0, 0], NO_ENERGY))[0]
+                time[3] = found[width]
+                figures[found[:width]] = (time, energy_sums(found[width + 1 :]))
         coverage = await report_coverage(conn, scope, window)
 
     host_ids = {k[columns.index("host_id")] for k in figures} if "host_id" in columns else set()
