@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
@@ -11,7 +12,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, ValidationError
 
 from board.errors import Unprocessable, describe_validation_errors
-from board.money.schemas import _DECIMAL_TEXT, Day, _In
+from board.money.schemas import _DECIMAL_TEXT, _In
 from board.readmodels import IsoTime, ReadModel
 
 # A dated list, one value per date: more than a value a month for forty years.
@@ -32,6 +33,18 @@ def _plain_decimal(name: str) -> Callable[[object], object]:
     return check
 
 
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+
+
+def _iso_day(value: object) -> object:
+    """A date as YYYY-MM-DD only: it is read in the workspace's zone, so a time or an
+    offset ("2026-11-01T00:00:00Z") would say something it does not mean."""
+    if not isinstance(value, str) or not _ISO_DAY.fullmatch(value):
+        raise ValueError("from must be a date such as '2026-11-01'")
+    return value
+
+
+Day = Annotated[date, BeforeValidator(_iso_day), Field(ge=date(2000, 1, 1), le=date(2100, 12, 31))]
 PerKWh = Annotated[
     Decimal,
     BeforeValidator(_plain_decimal("perKWh")),

@@ -106,15 +106,15 @@ async def test_utilization_rows_and_the_streamed_csv(app: Any, client: httpx.Asy
         (1, 2.5, 0.23, 0.03, 92.0, 2.5),
     ]
     # Per host and hour: at D+22 only GPU-1 read its power.
-    hourly = await report(client, tenant, "utilization", groupBy="host", bucket="hour", **window(day))
+    hourly = await report(
+        client, tenant, "utilization", groupBy="host", bucket="hour", **window(day)
+    )
     at = (day + timedelta(hours=22)).isoformat()
     (row,) = [r for r in hourly["rows"] if r["bucketStart"] == at]
     assert tuple(row[f] for f in fields) == (2.0, 0.05, 0.05, 50.0, 1.0)
     # An hour of nothing but a gap has no row; an hour with time but no power reading
     # says null, not 0 W.
-    empty = await report(
-        client, tenant, "utilization", groupBy="gpu", bucket="hour", **window(day)
-    )
+    empty = await report(client, tenant, "utilization", groupBy="gpu", bucket="hour", **window(day))
     gpu0 = {r["bucketStart"]: r for r in empty["rows"] if r["gpuIndex"] == 0}
     assert (day + timedelta(hours=26)).isoformat() not in gpu0
     assert gpu0[at]["avgPowerW"] is None
