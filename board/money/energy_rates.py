@@ -57,12 +57,26 @@ class Series:
     column: str
     noun: str
     field: str
+    # Audit actions: `<audit>.added|changed|removed` per value, `put` for a whole list.
     audit: str
+    put: str
 
 
-ENERGY_PRICES = Series("energy_prices", "per_kwh", "electricity price", "perKWh", "energy_price")
+ENERGY_PRICES = Series(
+    "energy_prices",
+    "per_kwh",
+    "electricity price",
+    "perKWh",
+    "energy_price",
+    "energy_prices.put",
+)
 CARBON_INTENSITY = Series(
-    "carbon_intensities", "grams_per_kwh", "carbon intensity", "gramsPerKWh", "carbon_intensity"
+    "carbon_intensities",
+    "grams_per_kwh",
+    "carbon intensity",
+    "gramsPerKWh",
+    "carbon_intensity",
+    "carbon_intensity.put",
 )
 # The statements, written out per series (table and column names are never built from
 # input; the layer test reads them as they are).
@@ -273,7 +287,7 @@ async def put_values(
     await record(
         session,
         ctx,
-        f"{series.audit}s.put",
+        series.put,
         target=series.noun,
         detail={
             "added": len(added),
