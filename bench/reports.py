@@ -78,13 +78,17 @@ def with_db(url: str, name: str) -> str:
 
 GPU_COPY = (
     "COPY gpu_hour_rollups (workspace_id, gpu_id, hour_start, host_id, covered_us, active_us, "
-    "idle_held_us, idle_us, util_pct_us, memory_used_mb_us, memory_total_mb_us, sample_count) "
-    "FROM STDIN"
+    "idle_held_us, idle_us, util_pct_us, memory_used_mb_us, memory_total_mb_us, sample_count, "
+    "energy_covered_us, active_energy_uws, idle_held_energy_uws, idle_energy_uws) FROM STDIN"
 )
 USER_COPY = (
     "COPY user_hour_rollups (workspace_id, gpu_id, linux_user, hour_start, host_id, held_us, "
-    "active_us, idle_held_us) FROM STDIN"
+    "active_us, idle_held_us, energy_held_us, active_energy_uws, idle_held_energy_uws) "
+    "FROM STDIN"
 )
+# Watts by state: an H100 busy, held and idle, idle (energy in every hour, as agents
+# that read the power send it).
+WATTS = {"active": 300, "idle_held": 70, "idle": 50}
 
 
 def fleet_lines(
@@ -104,18 +108,23 @@ def fleet_lines(
             users = sorted({owner} if rng.random() < 0.9 else {owner, rng.choice(USERS)})
             if rng.random() < 0.002:
                 owner = rng.choice(USERS)  # jobs change hands now and then
+            idle = 0 if held else HOUR_US
             if table == 0:
                 yield (
                     f"{workspace_id}\t{gpu_id}\t{stamp}\t{host_id}\t{HOUR_US}\t{active}\t"
-                    f"{idle_held}\t{0 if held else HOUR_US}\t{util * HOUR_US}\t"
-                    f"{40000 * HOUR_US}\t{81559 * HOUR_US}\t120"
+                    f"{idle_held}\t{idle}\t{util * HOUR_US}\t"
+                    f"{40000 * HOUR_US}\t{81559 * HOUR_US}\t120\t{HOUR_US}\t"
+                    f"{WATTS['active'] * active}\t{WATTS['idle_held'] * idle_held}\t"
+                    f"{WATTS['idle'] * idle}"
                 )
             elif held:
                 k = len(users)
                 for user in users:
                     yield (
                         f"{workspace_id}\t{gpu_id}\t{user}\t{stamp}\t{host_id}\t"
-                        f"{HOUR_US // k}\t{active // k}\t{idle_held // k}"
+                        f"{HOUR_US // k}\t{active // k}\t{idle_held // k}\t{HOUR_US // k}\t"
+                        f"{WATTS['active'] * (active // k)}\t"
+                        f"{WATTS['idle_held'] * (idle_held // k)}"
                     )
 
 

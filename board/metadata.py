@@ -26,7 +26,7 @@ from board.notices.models import (
     NoticeSnooze,
 )
 from board.observations.tables import host_observations
-from board.pricing.models import Price, WorkspaceCurrency
+from board.pricing.models import CarbonIntensity, EnergyPrice, Price, WorkspaceCurrency
 from board.reports.bodies import ReportBody
 from board.reservations.models import (
     CalendarFeedToken,
@@ -48,8 +48,10 @@ __all__ = [
     "BudgetCheck",
     "BudgetNotice",
     "CalendarFeedToken",
+    "CarbonIntensity",
     "DirectoryEntry",
     "DirectoryTeam",
+    "EnergyPrice",
     "EnrollmentToken",
     "Gpu",
     "GpuDayRollup",

@@ -8,8 +8,8 @@ dated back at most `length`. Once its window has closed a price is fixed and its
 count as billed, so a cost that reports have shown for longer than the window never
 changes again.
 
-Nothing here is specific to GPU-hour prices: any dated rate that prices hours from an
-instant on (electricity prices, when they come) can use the same window and sentences.
+Nothing here is specific to GPU-hour prices: electricity prices and carbon intensities
+(board/money/energy_rates.py) use the same window and sentences, naming themselves.
 """
 
 from __future__ import annotations
@@ -62,11 +62,15 @@ def _midnight(day: date, zone: tzinfo) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=zone)
 
 
-def _rule(window: CorrectionWindow) -> str:
+def _plural(noun: str) -> str:
+    return noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+
+
+def _rule(window: CorrectionWindow, noun: str) -> str:
     if not window.days:
-        return "a price is fixed once it takes effect"
+        return f"a {noun} is fixed once it takes effect"
     return (
-        f"a price may be corrected or removed for {window.days} days after it takes effect "
+        f"a {noun} may be corrected or removed for {window.days} days after it takes effect "
         "(its start, or when it was entered if that was later)"
     )
 
@@ -78,20 +82,27 @@ def refuse_fixed(
     zone: tzinfo,
     starts_at: datetime,
     entered_at: datetime,
+    noun: str = "price",
 ) -> None:
-    """409 when the stored price `what` (named for the admin) is past its window."""
+    """409 when the stored price `what` (named for the admin) is past its window; `noun`
+    names what kind of dated value it is."""
     if window.is_open(now, starts_at, entered_at):
         return
     closed = window.closes_at(starts_at, entered_at).astimezone(zone).strftime(LOCAL)
     raise Conflict(
-        f"{what} is fixed since {closed}: {_rule(window)}, and then its hours count as "
-        "billed, so it cannot change. Add a new price from "
+        f"{what} is fixed since {closed}: {_rule(window, noun)}, and then its hours count "
+        f"as billed, so it cannot change. Add a new {noun} from "
         f"{window.earliest_day(now, zone).isoformat()} or later instead."
     )
 
 
 def refuse_backdated(
-    window: CorrectionWindow, what: str, now: datetime, zone: tzinfo, starts_at: datetime
+    window: CorrectionWindow,
+    what: str,
+    now: datetime,
+    zone: tzinfo,
+    starts_at: datetime,
+    noun: str = "price",
 ) -> None:
     """409 when a new price `what` would start further back than the window reaches."""
     if window.is_open(now, starts_at):
@@ -99,7 +110,8 @@ def refuse_backdated(
     back = f"more than {window.days} days ago" if window.days else "and that has begun"
     raise Conflict(
         f"{what} would start {starts_at.astimezone(zone).strftime(LOCAL)}, {back}: hours "
-        "that old count as billed and keep the prices they had. A new price may start on "
+        f"that old count as billed and keep the {_plural(noun)} they had. A new {noun} may "
+        "start on "
         f"{window.earliest_day(now, zone).isoformat()} or later."
     )
 

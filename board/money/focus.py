@@ -22,6 +22,7 @@ from board.reportkit.csv import LINE_END, csv_cells
 from board.reportkit.params import Window
 from board.reports import repository as repo
 from board.reports import service as reports
+from board.reports.energy import energy_sums, energy_sums_sql
 
 # FOCUS 1.2's Mandatory columns (each marked "Feature level: Mandatory" in the
 # specification's column pages), with their data types.
@@ -66,6 +67,10 @@ CUSTOM: dict[str, str] = {
     "x_GpuModel": "String",
     "x_ActiveGpuHours": "Decimal",
     "x_IdleHeldGpuHours": "Decimal",
+    # The user's share of the energy (docs/accounting.md) and its CO2e at the carbon
+    # intensity in force (null unless one was in force all along).
+    "x_EnergyKWh": "Decimal",
+    "x_CO2eKg": "Decimal",
 }
 COLUMNS: tuple[str, ...] = (*MANDATORY, *OPTIONAL, *CUSTOM)
 
@@ -73,15 +78,17 @@ UNIT = "GPU-Hours"
 SERVICE_NAME = "GPU compute"
 FETCH_ROWS = 2_000
 
-# Two spellings: with the names renamed GPUs had (only when the workspace has any).
+# Four spellings: with the names renamed GPUs had (only when the workspace has any), and
+# with CO2e (only when a carbon intensity or an electricity price is in force).
 _ROWS_SQL = {
-    renamed: f"""
+    (renamed, rated): f"""
     SELECT (r.t AT TIME ZONE %(tz)s)::date AS day, r.team, r.linux_user, r.gpu_model,
            sum(r.held_us)::bigint, sum(r.active_us)::bigint, sum(r.idle_held_us)::bigint,
            sum(r.cost_n),
            string_agg(DISTINCT coalesce(h.display_name, '(deleted host)'), '; '
-                      ORDER BY coalesce(h.display_name, '(deleted host)'))
-    FROM {repo.costed_user_source(("host_id", "day"), renamed=renamed)}
+                      ORDER BY coalesce(h.display_name, '(deleted host)')),
+           {energy_sums_sql("user", rated)}
+    FROM {repo.costed_user_source(("host_id", "day"), renamed=renamed, rated=rated)}
     LEFT JOIN hosts h ON h.workspace_id = %(ws)s AND h.id = r.host_id
     GROUP BY 1, 2, 3, 4
     HAVING sum(r.held_us) <> 0
@@ -89,6 +96,7 @@ _ROWS_SQL = {
              r.gpu_model COLLATE "C" NULLS LAST
 """
     for renamed in (False, True)
+    for rated in (False, True)
 }
 
 
@@ -143,8 +151,10 @@ def focus_row(
     found: tuple[Any, ...],
 ) -> tuple[object, ...]:
     """One FOCUS row in COLUMNS order from (day, team, user, model, held, active,
-    idle-held, cost numerator, hosts)."""
-    day, team, user, model, held, active, idle_held, cost_n, hosts = found
+    idle-held, cost numerator, hosts, the energy sums: board.reports.energy)."""
+    day, team, user, model, held, active, idle_held, cost_n, hosts = found[:9]
+    energy = energy_sums(found[9:])
+    energy_kwh, _, _, _, _, co2e = reports.energy_fields(energy, currency)
     cost = amount_text(exact(cost_n), currency)
     quantity = hours_text(held)
     day_start, day_end = periods.day(day)
@@ -186,6 +196,8 @@ def focus_row(
         model,  # x_GpuModel
         hours_text(active),  # x_ActiveGpuHours
         hours_text(idle_held),  # x_IdleHeldGpuHours
+        f"{energy_kwh:.6f}",  # x_EnergyKWh
+        None if co2e is None else f"{co2e:.6f}",  # x_CO2eKg
     )
 
 
@@ -206,7 +218,8 @@ async def prepare_focus(
     periods = _Periods(window)
     cur = conn.cursor(name="focus_rows")
     with reports.zone_known_to_database(window):
-        await cur.execute(_ROWS_SQL[await has_renames(conn, workspace_id)], scope.params())
+        statement = _ROWS_SQL[(await has_renames(conn, workspace_id), scope.rates.in_force)]
+        await cur.execute(statement, scope.params())
         rows = await cur.fetchmany(FETCH_ROWS)
 
     async def chunks() -> AsyncIterator[bytes]:

@@ -25,6 +25,7 @@ from board.money.service import (
     label,
     lock_prices,
     prices,
+    refuse_currency_change,
     set_currency_row,
     stored_currency,
     stored_prices,
@@ -116,6 +117,7 @@ async def set_currency(
     if old == currency:
         return await prices(session, ctx, window)
     now = datetime.now(UTC)
+    await refuse_currency_change(conn, workspace_id, old, currency, now)
     if old is not None and any(p.began(now) for p in await stored_prices(conn, workspace_id)):
         raise Conflict(
             f"The currency is {old} and prices in it are in force already; it cannot change, "

@@ -1,4 +1,5 @@
-"""GET/PUT …/prices, PUT/DELETE one price, and GET …/reports/focus (docs/money.md)."""
+"""GET/PUT …/prices, PUT/DELETE one price, GET/PUT …/energy-prices and
+…/carbon-intensity (DELETE one of each), and GET …/reports/focus (docs/money.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from fastapi.responses import Response
 from board.auth.deps import AdminDep, ReaderDep
 from board.db.deps import SessionDep
 from board.errors import answers
-from board.money import price_edits, service
+from board.money import energy_rates, price_edits, service
 from board.money.corrections import PriceWindowDep
+from board.money.energy_schemas import (
+    CarbonIntensityIn,
+    CarbonIntensityOut,
+    EnergyPricesIn,
+    EnergyPricesOut,
+    value_day,
+)
 from board.money.focus import Account, prepare_focus
 from board.money.schemas import PriceAmountIn, PricesIn, PricesOut, price_entry, price_key
 from board.reportkit import params
@@ -82,6 +90,79 @@ async def delete_price(
     """Remove one price within the correction window; its hours fall to the price before."""
     key = price_key(gpu_model, valid_from)
     return await price_edits.remove_price(session, ctx, key.gpu_model, key.from_, window)
+
+
+@router.get("/energy-prices", response_model=EnergyPricesOut, summary="Electricity prices")
+async def energy_prices(
+    ctx: ReaderDep, session: SessionDep, window: PriceWindowDep
+) -> EnergyPricesOut:
+    return await energy_rates.energy_prices(session, ctx, window)
+
+
+@router.put(
+    "/energy-prices",
+    response_model=EnergyPricesOut,
+    summary="Replace the electricity prices",
+    responses=answers(409, meaning=_OUTSIDE_WINDOW),
+)
+async def put_energy_prices(
+    body: EnergyPricesIn, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
+) -> EnergyPricesOut:
+    """Per kWh in the workspace's currency, each from a date; the GPU-hour prices' rules
+    (docs/money.md)."""
+    entries = [(p.from_, p.per_kwh) for p in body.prices]
+    await energy_rates.put_values(session, ctx, energy_rates.ENERGY_PRICES, entries, window)
+    return await energy_rates.energy_prices(session, ctx, window)
+
+
+@router.delete(
+    "/energy-prices/{valid_from}",
+    response_model=EnergyPricesOut,
+    summary="Remove one electricity price within its window",
+    responses=answers(409, meaning=_OUTSIDE_WINDOW),
+)
+async def delete_energy_price(
+    valid_from: str, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
+) -> EnergyPricesOut:
+    day = value_day(valid_from)
+    await energy_rates.remove_value(session, ctx, energy_rates.ENERGY_PRICES, day, window)
+    return await energy_rates.energy_prices(session, ctx, window)
+
+
+@router.get("/carbon-intensity", response_model=CarbonIntensityOut, summary="Carbon intensity")
+async def carbon_intensity(
+    ctx: ReaderDep, session: SessionDep, window: PriceWindowDep
+) -> CarbonIntensityOut:
+    return await energy_rates.carbon_intensity(session, ctx, window)
+
+
+@router.put(
+    "/carbon-intensity",
+    response_model=CarbonIntensityOut,
+    summary="Replace the carbon intensity values",
+    responses=answers(409, meaning=_OUTSIDE_WINDOW),
+)
+async def put_carbon_intensity(
+    body: CarbonIntensityIn, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
+) -> CarbonIntensityOut:
+    """Grams CO2e per kWh, each from a date; the GPU-hour prices' rules (docs/money.md)."""
+    entries = [(v.from_, v.grams_per_kwh) for v in body.values]
+    await energy_rates.put_values(session, ctx, energy_rates.CARBON_INTENSITY, entries, window)
+    return await energy_rates.carbon_intensity(session, ctx, window)
+
+
+@router.delete(
+    "/carbon-intensity/{valid_from}",
+    response_model=CarbonIntensityOut,
+    summary="Remove one carbon intensity value within its window",
+    responses=answers(409, meaning=_OUTSIDE_WINDOW),
+)
+async def delete_carbon_intensity(
+    valid_from: str, ctx: AdminDep, session: SessionDep, window: PriceWindowDep
+) -> CarbonIntensityOut:
+    day = value_day(valid_from)
+    await energy_rates.remove_value(session, ctx, energy_rates.CARBON_INTENSITY, day, window)
+    return await energy_rates.carbon_intensity(session, ctx, window)
 
 
 @router.get(

@@ -12,7 +12,8 @@ read, so a price that changes reprices its hours; the correction window
   a new workspace may back-date its first list to price last quarter's reports);
 - in a whole-list PUT, prices that have begun are kept when left out (removing one is a
   DELETE of that price), prices that have not begun are replaced by the ones sent;
-- the currency may change only while no price is in force.
+- the currency may change only while no price is in force (electricity prices too:
+  board/money/energy_rates.py).
 
 Every change is audited; corrections and back-dated prices with the old and new amount.
 """
@@ -34,6 +35,7 @@ from board.errors import Conflict, Unprocessable
 from board.money.corrections import CorrectionWindow, refuse_backdated, refuse_fixed
 from board.money.schemas import PriceOut, PricesIn, PricesOut
 from board.pricing.currencies import MINOR_UNITS, check_currency
+from board.pricing.energy import energy_prices_begun
 from board.reportkit.params import parse_zone
 
 # The first key of the advisory lock that serializes a workspace's price changes.
@@ -94,6 +96,22 @@ async def stored_currency(conn: psycopg.AsyncConnection[Any], workspace_id: int)
     )
     row = await cur.fetchone()
     return str(row[0]) if row else None
+
+
+async def refuse_currency_change(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    old: str | None,
+    new: str,
+    now: datetime,
+) -> None:
+    """409 when the currency would change while electricity prices in it have begun
+    (begun GPU-hour prices are checked with the rest of a change)."""
+    if old is not None and new != old and await energy_prices_begun(conn, workspace_id, now):
+        raise Conflict(
+            f"The currency is {old} and electricity prices in it are in force already; it "
+            "cannot change, or past energy costs would change with it."
+        )
 
 
 def any_fixed(stored: list[StoredPrice], window: CorrectionWindow, now: datetime) -> bool:
@@ -199,6 +217,7 @@ async def put_prices(
     # workspace moved to a zone behind its old one must not make a begun price future.
     now = datetime.now(UTC)
     began = {p.key for p in stored if p.began(now)}
+    await refuse_currency_change(conn, workspace_id, old_currency, currency, now)
     corrected: list[tuple[StoredPrice, Decimal]] = []
     backdated: set[Key] = set()
     if began:

@@ -1,5 +1,6 @@
 """Monthly statements per team: each Linux user's GPU-hours and their cost by GPU model,
-and how much of the money went to GPUs held idle.
+how much of the money went to GPUs held idle, and the user's share of the energy (its
+cost at the electricity prices, its CO2e), as the usage report by user counts it.
 
 A month is cut in the workspace's zone (the zone prices are dated in). The team is the
 directory's team as it is now (docs/money.md). Each line's cost is rounded once; the
@@ -10,12 +11,13 @@ per line.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
 import psycopg
+from pydantic import Field
 
 from board.errors import Unprocessable
 from board.pricing.cost import Currency, amount_text, exact, has_renames, workspace_currency
@@ -24,22 +26,25 @@ from board.reportkit.csv import LINE_END, csv_cells
 from board.reportkit.params import Window, local_day_hour, parse_window
 from board.reports import repository as repo
 from board.reports import service as reports
+from board.reports.energy import NO_ENERGY, add_energy, energy_sums, energy_sums_sql
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$", re.ASCII)  # "٢٠٢٦-١١" is no month here
 
-# Two spellings: with the names renamed GPUs had (only when the workspace has any).
+# Four spellings: with the names renamed GPUs had (only when the workspace has any),
+# and with the energy priced (only when an electricity price or intensity is in force).
 _LINES_SQL = {
-    renamed: f"""
+    (renamed, rated): f"""
     SELECT r.team, r.linux_user, r.gpu_model,
            sum(r.held_us)::bigint, sum(r.active_us)::bigint, sum(r.idle_held_us)::bigint,
-           sum(r.cost_n), sum(r.idle_cost_n)
-    FROM {repo.costed_user_source(renamed=renamed)}
+           sum(r.cost_n), sum(r.idle_cost_n), {energy_sums_sql("user", rated)}
+    FROM {repo.costed_user_source(renamed=renamed, rated=rated)}
     GROUP BY 1, 2, 3
     HAVING sum(r.held_us) <> 0
     ORDER BY r.team COLLATE "C" NULLS LAST, r.linux_user COLLATE "C",
              r.gpu_model COLLATE "C" NULLS LAST
 """
     for renamed in (False, True)
+    for rated in (False, True)
 }
 
 
@@ -69,6 +74,11 @@ class StatementLine(ReadModel):
     # without prices.
     cost: str | None
     idle_held_cost: str | None
+    # The user's share of the energy (reports.md: usage by user), its cost at the
+    # electricity prices (text like `cost`) and CO2e; null without a rate in force.
+    energy_kwh: float = Field(alias="energyKWh")
+    energy_cost: str | None
+    co2e_kg: float | None = Field(alias="co2eKg")
 
 
 class TeamSummary(ReadModel):
@@ -82,6 +92,9 @@ class TeamSummary(ReadModel):
     idle_held_cost: str | None
     # idle-held cost / cost, from the exact figures (null when nothing cost anything).
     idle_held_cost_share: float | None
+    energy_kwh: float = Field(alias="energyKWh")
+    energy_cost: str | None
+    co2e_kg: float | None = Field(alias="co2eKg")
 
 
 class TeamStatement(ReadModel):
@@ -100,18 +113,34 @@ class _Sums:
     idle_held: int = 0
     cost: int = 0
     idle_cost: int = 0
+    energy: list[int] = field(default_factory=lambda: list(NO_ENERGY))
     lines: list[StatementLine] = field(default_factory=list)
 
-    def add(self, held: int, active: int, idle_held: int, cost: int, idle_cost: int) -> None:
+    def add(
+        self,
+        held: int,
+        active: int,
+        idle_held: int,
+        cost: int,
+        idle_cost: int,
+        energy: Sequence[int] = NO_ENERGY,
+    ) -> None:
         self.held += held
         self.active += active
         self.idle_held += idle_held
         self.cost += cost
         self.idle_cost += idle_cost
+        add_energy(self.energy, energy)
 
 
 def _money(numerator: int, currency: Currency | None) -> str | None:
     return amount_text(numerator, currency) if currency else None
+
+
+def _energy(energy: Sequence[int], currency: Currency | None) -> dict[str, Any]:
+    """The energy fields of a line or summary: kWh, its cost as text, CO2e."""
+    kwh_all, _, _, _, cost, co2e = reports.energy_fields(energy, currency, text=True)
+    return {"energy_kwh": kwh_all, "energy_cost": cost, "co2e_kg": co2e}
 
 
 async def month_figures(
@@ -120,14 +149,16 @@ async def month_figures(
     """Every team's lines of the window (users without a team under None), in name order."""
     currency = await workspace_currency(conn, workspace_id)
     scope = await reports.usage_scope(conn, workspace_id, window, day_keyed=False)
+    statement = _LINES_SQL[(await has_renames(conn, workspace_id), scope.rates.in_force)]
     with reports.zone_known_to_database(window):
-        cur = await conn.execute(_LINES_SQL[await has_renames(conn, workspace_id)], scope.params())
+        cur = await conn.execute(statement, scope.params())
         found = await cur.fetchall()
     teams: dict[str | None, _Sums] = {}
-    for team, user, model, held, active, idle_held, cost_n, idle_n in found:
+    for team, user, model, held, active, idle_held, cost_n, idle_n, *energy_values in found:
         cost, idle_cost = exact(cost_n), exact(idle_n)
+        energy = energy_sums(energy_values)
         sums = teams.setdefault(team, _Sums())
-        sums.add(held, active, idle_held, cost, idle_cost)
+        sums.add(held, active, idle_held, cost, idle_cost, energy)
         sums.lines.append(
             StatementLine(
                 linux_user=user,
@@ -137,6 +168,7 @@ async def month_figures(
                 idle_held_gpu_hours=reports.hours(idle_held),
                 cost=_money(cost, currency),
                 idle_held_cost=_money(idle_cost, currency),
+                **_energy(energy, currency),
             )
         )
     return currency, teams
@@ -151,6 +183,7 @@ def summary(team: str | None, sums: _Sums, currency: Currency | None) -> TeamSum
         cost=_money(sums.cost, currency),
         idle_held_cost=_money(sums.idle_cost, currency),
         idle_held_cost_share=reports.ratio(sums.idle_cost, sums.cost) if currency else None,
+        **_energy(sums.energy, currency),
     )
 
 
@@ -163,7 +196,7 @@ def overview_total(teams: dict[str | None, _Sums], currency: Currency | None) ->
     team's own total is), so the teams' rows add up to it within a minor unit each."""
     total = _Sums()
     for sums in teams.values():
-        total.add(sums.held, sums.active, sums.idle_held, sums.cost, sums.idle_cost)
+        total.add(sums.held, sums.active, sums.idle_held, sums.cost, sums.idle_cost, sums.energy)
     return summary(None, total, currency)
 
 
@@ -197,6 +230,9 @@ STATEMENT_COLUMNS = (
     "cost",
     "idleHeldCost",
     "currency",
+    "energyKWh",
+    "energyCost",
+    "co2eKg",
 )
 
 
@@ -211,6 +247,7 @@ def statement_csv(found: TeamStatement) -> str:
         idle: float,
         cost: str | None,
         idle_cost: str | None,
+        energy: StatementLine | TeamSummary,
     ) -> Iterable[object]:
         return (
             found.summary.team,
@@ -223,6 +260,9 @@ def statement_csv(found: TeamStatement) -> str:
             cost,
             idle_cost,
             found.currency,
+            f"{energy.energy_kwh:.6f}",
+            energy.energy_cost,
+            None if energy.co2e_kg is None else f"{energy.co2e_kg:.6f}",
         )
 
     lines = [csv_cells(STATEMENT_COLUMNS)]
@@ -237,6 +277,7 @@ def statement_csv(found: TeamStatement) -> str:
                     line.idle_held_gpu_hours,
                     line.cost,
                     line.idle_held_cost,
+                    line,
                 )
             )
         )
@@ -251,6 +292,7 @@ def statement_csv(found: TeamStatement) -> str:
                 total.idle_held_gpu_hours,
                 total.cost,
                 total.idle_held_cost,
+                total,
             )
         )
     )

@@ -22,6 +22,7 @@ from board.notices.budget_watch import teams_at_risk
 from board.notices.detect import Seen, WorkspaceRow
 from board.notices.events import enqueue, iso
 from board.reportkit.params import local_day_hour, parse_window
+from board.reports.idle_energy import idle_held_energy
 from board.reports.service import usage_report
 from board.reservations.report import build as reservation_report
 
@@ -56,6 +57,7 @@ async def figures(session: AsyncSession, ws: WorkspaceRow, day: date) -> dict[st
     conn = await report_connection(session)
     usage = await usage_report(conn, ws.id, window, ("user",))
     booked = await reservation_report(conn, ws.id, start, end, "member", ws.timezone, "json")
+    burned = await idle_held_energy(conn, ws.id, window)
     return {
         "day": day.isoformat(),
         "idleHeldByUser": [
@@ -73,6 +75,7 @@ async def figures(session: AsyncSession, ws: WorkspaceRow, day: date) -> dict[st
             if row["reservedIdleGpuHours"] > 0
         ],
         "reservedIdleGpuHours": booked.totals["reservedIdleGpuHours"],
+        "idleHeldEnergy": burned.model_dump(),
     }
 
 

@@ -96,13 +96,25 @@ def exact(numerator: Decimal | int | None) -> int:
     return int(Decimal(numerator).scaleb(PRICE_DIGITS))
 
 
-def minor_amount(numerator: int, minor_units: int) -> int:
-    """exact() / HOUR_US in minor units (cents), rounded half to even, in integers."""
-    divisor = HOUR_US * 10**PRICE_DIGITS // 10**minor_units
+def half_even(numerator: int, divisor: int) -> int:
+    """numerator / divisor rounded half to even, in integers (divisor > 0)."""
     quotient, remainder = divmod(numerator, divisor)
     if 2 * remainder > divisor or (2 * remainder == divisor and quotient % 2):
         quotient += 1
     return int(quotient)
+
+
+def minor_amount(numerator: int, minor_units: int) -> int:
+    """exact() / HOUR_US in minor units (cents), rounded half to even, in integers."""
+    return half_even(numerator, HOUR_US * 10**PRICE_DIGITS // 10**minor_units)
+
+
+def minor_text(minor: int, minor_units: int) -> str:
+    """An amount in minor units with exactly its minor digits ("12.30")."""
+    if minor_units == 0:
+        return str(minor)
+    whole, fraction = divmod(minor, 10**minor_units)
+    return f"{whole}.{fraction:0{minor_units}d}"
 
 
 def amount(numerator: int, currency: Currency | None) -> float | None:
@@ -115,8 +127,4 @@ def amount(numerator: int, currency: Currency | None) -> float | None:
 
 def amount_text(numerator: int, currency: Currency) -> str:
     """The rounded cost with exactly its minor digits ("12.30"): CSV files and pages."""
-    cents = minor_amount(numerator, currency.minor_units)
-    if currency.minor_units == 0:
-        return str(cents)
-    whole, fraction = divmod(cents, 10**currency.minor_units)
-    return f"{whole}.{fraction:0{currency.minor_units}d}"
+    return minor_text(minor_amount(numerator, currency.minor_units), currency.minor_units)

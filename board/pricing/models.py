@@ -76,3 +76,46 @@ class Price(Base):
         CheckConstraint("length(gpu_model) BETWEEN 1 AND 100", name="gpu_model_length"),
         CheckConstraint("per_gpu_hour >= 0", name="per_gpu_hour_not_negative"),
     )
+
+
+class EnergyPrice(Base):
+    """The price of a kWh of electricity, in the workspace's currency, from a date on
+    (until the next one). Dated like `Price`: `starts_at` is midnight of `valid_from`
+    in the workspace's zone when it was stored (`zone`), fixed then."""
+
+    __tablename__ = "energy_prices"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    valid_from: Mapped[date] = mapped_column(Date)
+    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    zone: Mapped[str] = mapped_column(Text)
+    per_kwh: Mapped[Decimal] = mapped_column(Numeric(18, 6))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "valid_from"),
+        CheckConstraint("per_kwh >= 0", name="per_kwh_not_negative"),
+    )
+
+
+class CarbonIntensity(Base):
+    """Grams of CO2e per kWh of the workspace's electricity, from a date on (until the
+    next one); dated like `EnergyPrice`."""
+
+    __tablename__ = "carbon_intensities"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    valid_from: Mapped[date] = mapped_column(Date)
+    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    zone: Mapped[str] = mapped_column(Text)
+    grams_per_kwh: Mapped[Decimal] = mapped_column(Numeric(18, 6))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "valid_from"),
+        CheckConstraint("grams_per_kwh >= 0", name="grams_per_kwh_not_negative"),
+    )

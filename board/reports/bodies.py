@@ -44,6 +44,10 @@ from board.reportkit.params import HOUR, Window
 log = logging.getLogger(__name__)
 
 MAX_BLOCK_UNITS = 64
+# The kind of kept bodies, with the version of their rows' text: raised whenever a row
+# gains or changes a field, so a body kept before (by an older process, too) is never
+# sent (2: the energy columns).
+KEPT_KIND = "utilization.2"
 DAY = timedelta(days=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -54,7 +58,7 @@ class ReportBody(Base):
     __tablename__ = "report_bodies"
 
     workspace_id: Mapped[int] = mapped_column(BigInteger)
-    # utilization:<groupBy>:<bucket>:<format>:<tz>
+    # <KEPT_KIND>:<groupBy>:<bucket>:<format>:<tz>
     report: Mapped[str] = mapped_column(SqlText)
     key_id: Mapped[int] = mapped_column(BigInteger)
     unit_lo: Mapped[int] = mapped_column(Integer)
@@ -102,7 +106,9 @@ async def may_keep(
     if zone in own:
         return True
     cur = await conn.execute(_KEPT_KINDS, {"ws": workspace_id})
-    zones = {str(row[0]).split(":", 4)[-1] for row in await cur.fetchall()} - set(own)
+    kinds = [str(row[0]) for row in await cur.fetchall()]
+    # Bodies of an older kind are never sent: they take no zone's place.
+    zones = {k.split(":", 4)[-1] for k in kinds if k.startswith(KEPT_KIND + ":")} - set(own)
     return zone in zones or len(zones) < MAX_OTHER_ZONES
 
 

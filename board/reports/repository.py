@@ -15,6 +15,8 @@ from typing import Any
 import psycopg
 
 from board.pricing.cost import Pricing
+from board.pricing.energy import NO_RATES, EnergyRates, segment_sql
+from board.reports.energy import energy_sums_sql
 
 # The SQL behind each grouping column; `day` is the local date a bucket starts on.
 _EXPRESSIONS = {
@@ -29,12 +31,14 @@ _EXPRESSIONS = {
 # Clean whole UTC days in [d0, d1) from the day tables; everything else in the window
 # (the hours around them, and dirty days) from the hour tables, as [lo, hi) ranges.
 USER_SOURCE = """
-    (SELECT gpu_id, host_id, linux_user, day_start AS t, held_us, active_us, idle_held_us
+    (SELECT gpu_id, host_id, linux_user, day_start AS t, held_us, active_us, idle_held_us,
+            energy_held_us, active_energy_uws, idle_held_energy_uws
      FROM user_day_rollups
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
        AND NOT day_start = ANY(%(dirty)s::timestamptz[])
      UNION ALL
-     SELECT gpu_id, host_id, linux_user, hour_start, held_us, active_us, idle_held_us
+     SELECT gpu_id, host_id, linux_user, hour_start, held_us, active_us, idle_held_us,
+            energy_held_us, active_energy_uws, idle_held_energy_uws
      FROM user_hour_rollups
      JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
        ON hour_start >= rg.lo AND hour_start < rg.hi
@@ -42,13 +46,15 @@ USER_SOURCE = """
 """
 GPU_SOURCE = """
     (SELECT gpu_id, host_id, day_start AS t, covered_us, active_us, idle_held_us, idle_us,
-            util_pct_us, memory_used_mb_us, memory_total_mb_us
+            util_pct_us, memory_used_mb_us, memory_total_mb_us,
+            energy_covered_us, active_energy_uws, idle_held_energy_uws, idle_energy_uws
      FROM gpu_day_rollups
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
        AND NOT day_start = ANY(%(dirty)s::timestamptz[])
      UNION ALL
      SELECT gpu_id, host_id, hour_start, covered_us, active_us, idle_held_us, idle_us,
-            util_pct_us, memory_used_mb_us, memory_total_mb_us
+            util_pct_us, memory_used_mb_us, memory_total_mb_us,
+            energy_covered_us, active_energy_uws, idle_held_energy_uws, idle_energy_uws
      FROM gpu_hour_rollups
      JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
        ON hour_start >= rg.lo AND hour_start < rg.hi
@@ -86,25 +92,40 @@ _PRICE_SEGMENTS = """
     )"""
 
 
-def user_source(columns: Sequence[str], pricing: Pricing) -> str:
+# A user row's energy columns, and the rate segment of its start (NULL: none in force).
+_USER_ENERGY = "r.energy_held_us, r.active_energy_uws, r.idle_held_energy_uws"
+
+
+def _energy_segment(rated: bool) -> str:
+    return segment_sql("r.t") if rated else "NULL::int"
+
+
+def user_source(columns: Sequence[str], pricing: Pricing, rated: bool = False) -> str:
     """The per-user rows a usage report sums: USER_SOURCE with `team` and `cost_n` (the
     cost numerator, µs × price). Costed (costed_user_source) when a price is in force in
     the window; else the plain rows with no cost (the report's cost is then 0, or null
     without a currency, exactly as the costed rows would give) and the directory joined
-    only for a `team` column: no price segments, GPU models or regrouping to pay for."""
+    only for a `team` column: no price segments, GPU models or regrouping to pay for.
+    Each row has its energy and `e_seg`, its electricity rate segment when `rated`
+    (board.pricing.energy; energy_sums_sql sums them)."""
     if pricing.in_force:
         return costed_user_source(
-            columns, pricing.by_model, teams="team" in columns, renamed=pricing.renamed
+            columns,
+            pricing.by_model,
+            teams="team" in columns,
+            renamed=pricing.renamed,
+            rated=rated,
         )
+    segment = _energy_segment(rated)
     if "team" not in columns:
         return f"""
     (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
-            NULL::text AS team, NULL::numeric AS cost_n
+            NULL::text AS team, NULL::numeric AS cost_n, {_USER_ENERGY}, {segment} AS e_seg
      FROM {USER_SOURCE}) AS r
 """
     return f"""
     (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
-            d.team, NULL::numeric AS cost_n
+            d.team, NULL::numeric AS cost_n, {_USER_ENERGY}, {segment} AS e_seg
      FROM {USER_SOURCE}
      LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = r.linux_user
     ) AS r
@@ -112,7 +133,11 @@ def user_source(columns: Sequence[str], pricing: Pricing) -> str:
 
 
 def costed_user_source(
-    columns: Sequence[str] = (), by_model: bool = True, teams: bool = True, renamed: bool = False
+    columns: Sequence[str] = (),
+    by_model: bool = True,
+    teams: bool = True,
+    renamed: bool = False,
+    rated: bool = False,
 ) -> str:
     """USER_SOURCE with each Linux user's team (the directory as it is now), the GPU's
     model and the exact cost numerators, held and idle-held: µs × the price per GPU-hour
@@ -126,7 +151,8 @@ def costed_user_source(
     Usage reports leave out what they do not show (user_source): `teams` False, `team`
     is null (no directory join); `by_model` False, when only `*` prices are in force in
     the window, every row costs the `*` price and `gpu_model` is null (no join of each
-    rollup row to its GPU)."""
+    rollup row to its GPU). Energy is summed like time, and per electricity rate
+    segment too when `rated`."""
     gpu = "r.gpu_id" if "gpu_id" in columns else "NULL::bigint"
     host = "r.host_id" if "host_id" in columns else "NULL::bigint"
     time = "date_trunc('day', r.t, %(tz)s)" if "day" in columns else "NULL::timestamptz"
@@ -155,16 +181,21 @@ def costed_user_source(
     summed AS (
         SELECT {gpu} AS gpu_id, {host} AS host_id, r.linux_user, {time} AS t,
                {model} AS gpu_model, width_bucket(r.t, (SELECT starts FROM bounds)) AS seg,
+               {_energy_segment(rated)} AS e_seg,
                sum(r.held_us)::bigint AS held_us, sum(r.active_us)::bigint AS active_us,
-               sum(r.idle_held_us)::bigint AS idle_held_us
+               sum(r.idle_held_us)::bigint AS idle_held_us,
+               sum(r.energy_held_us) AS energy_held_us,
+               sum(r.active_energy_uws) AS active_energy_uws,
+               sum(r.idle_held_energy_uws) AS idle_held_energy_uws
         FROM {USER_SOURCE}
         {models}
-        GROUP BY 1, 2, 3, 4, 5, 6
+        GROUP BY 1, 2, 3, 4, 5, 6, 7
     )
     SELECT u.gpu_id, u.host_id, u.linux_user, u.t, u.held_us, u.active_us, u.idle_held_us,
            {team} AS team, u.gpu_model,
            u.held_us * {price} AS cost_n,
-           u.idle_held_us * {price} AS idle_cost_n
+           u.idle_held_us * {price} AS idle_cost_n,
+           u.energy_held_us, u.active_energy_uws, u.idle_held_energy_uws, u.e_seg
     FROM summed u
     {directory}
     {model_prices}
@@ -187,6 +218,8 @@ class Scope:
     d1: datetime
     dirty: tuple[datetime, ...] = ()
     host_id: int | None = None
+    # The electricity prices and carbon intensities of the window (usage reports).
+    rates: EnergyRates = NO_RATES
 
     def hour_ranges(self) -> list[tuple[datetime, datetime]]:
         day = timedelta(days=1)
@@ -212,6 +245,7 @@ class Scope:
             "lo": [r[0] for r in ranges],
             "hi": [r[1] for r in ranges],
             "host": self.host_id,
+            **self.rates.params(),
         }
 
 
@@ -230,8 +264,8 @@ async def dirty_days(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, d0: datetime, d1: datetime
 ) -> tuple[datetime, ...]:
     """Days in [d0, d1) whose hours changed since their day rows were computed, and days
-    a price starts inside (not at UTC midnight) or a GPU was renamed inside: their day
-    rows span two prices, or two models."""
+    a price (of GPU-hours or electricity) or a carbon intensity starts inside (not at UTC
+    midnight) or a GPU was renamed inside: their day rows span two prices, or two models."""
     if d0 >= d1:
         return ()
     cur = await conn.execute(
@@ -240,6 +274,14 @@ async def dirty_days(
         WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
         UNION
         SELECT date_trunc('day', starts_at, 'UTC') FROM prices
+        WHERE workspace_id = %(ws)s AND starts_at >= %(d0)s AND starts_at < %(d1)s
+          AND starts_at <> date_trunc('day', starts_at, 'UTC')
+        UNION
+        SELECT date_trunc('day', starts_at, 'UTC') FROM energy_prices
+        WHERE workspace_id = %(ws)s AND starts_at >= %(d0)s AND starts_at < %(d1)s
+          AND starts_at <> date_trunc('day', starts_at, 'UTC')
+        UNION
+        SELECT date_trunc('day', starts_at, 'UTC') FROM carbon_intensities
         WHERE workspace_id = %(ws)s AND starts_at >= %(d0)s AND starts_at < %(d1)s
           AND starts_at <> date_trunc('day', starts_at, 'UTC')
         UNION
@@ -260,17 +302,23 @@ def select_columns(columns: Sequence[str]) -> tuple[str, str]:
 
 
 async def held_by(
-    conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str], pricing: Pricing
+    conn: psycopg.AsyncConnection[Any],
+    scope: Scope,
+    columns: Sequence[str],
+    pricing: Pricing,
+    energy: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """(key columns..., held_us, active_us, idle_held_us, cost numerator) from the
-    per-user rollups."""
+    """(key columns..., held_us, active_us, idle_held_us, cost numerator[, the users'
+    energy sums when `energy`: energy_sums_sql]) from the per-user rollups."""
     select, group = select_columns(columns)
+    rated = scope.rates.in_force
+    sums = f", {energy_sums_sql('user', rated)}" if energy else ""
     cur = await conn.execute(
         f"""
         SELECT {select},
                sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
-               sum(cost_n)
-        FROM {user_source(columns, pricing)}
+               sum(cost_n){sums}
+        FROM {user_source(columns, pricing, rated and energy)}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,
@@ -282,11 +330,13 @@ async def held_by(
 async def covered_by(
     conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
 ) -> list[tuple[Any, ...]]:
-    """(key columns..., covered_us) from the per-GPU rollups."""
+    """(key columns..., covered_us, the GPUs' energy sums: energy_sums_sql) from the
+    per-GPU rollups."""
     select, group = select_columns(columns)
+    energy = energy_sums_sql("gpu", scope.rates.in_force)
     cur = await conn.execute(
         f"""
-        SELECT {select}, sum(covered_us)::bigint
+        SELECT {select}, sum(covered_us)::bigint, {energy}
         FROM {GPU_SOURCE}
         GROUP BY {group}
         HAVING sum(covered_us) <> 0

@@ -29,6 +29,13 @@ class UsageTotals(ReadModel):
     # The rows' exact costs summed, then rounded (null while no currency is set).
     cost: float | None = None
     currency: str | None = None
+    # The rows' energy summed (UsageRow says what a row's energy is).
+    energy_kwh: float = Field(0.0, alias="energyKWh")
+    active_energy_kwh: float = Field(0.0, alias="activeEnergyKWh")
+    idle_held_energy_kwh: float = Field(0.0, alias="idleHeldEnergyKWh")
+    energy_covered_hours: float = 0.0
+    energy_cost: float | None = None
+    co2e_kg: float | None = Field(None, alias="co2eKg")
 
 
 class UsageHead(ReadModel):
@@ -81,6 +88,17 @@ class UsageRow(_DocumentedRow):
     # currency's minor unit (half to even); null while the workspace has no currency.
     cost: float | None
     currency: str | None
+    # Energy (kWh): keyed by user or team, the users' share, split like held time (by
+    # the GPU's state: active, idle-held); else the GPUs' own, in every state (idle too).
+    energy_kwh: float = Field(alias="energyKWh")
+    active_energy_kwh: float = Field(alias="activeEnergyKWh")
+    idle_held_energy_kwh: float = Field(alias="idleHeldEnergyKWh")
+    # The time that energy was measured over (a GPU reporting no power adds none).
+    energy_covered_hours: float
+    # kWh × the electricity price (carbon intensity) in force per hour; null unless one
+    # was in force all through the energy-covered time (and that time is not 0).
+    energy_cost: float | None
+    co2e_kg: float | None = Field(alias="co2eKg")
 
 
 class UsageReportOut(UsageHead):
@@ -105,6 +123,12 @@ class UtilizationRow(_DocumentedRow):
     idle_hours: float
     avg_util_pct: float | None
     avg_memory_used_pct: float | None
+    # The GPU's (host's GPUs') energy in every state, and while idle (nobody holding it).
+    energy_kwh: float = Field(alias="energyKWh")
+    idle_energy_kwh: float = Field(alias="idleEnergyKWh")
+    # energyKWh / energyCoveredHours, in watts (null when that time is 0).
+    avg_power_w: float | None
+    energy_covered_hours: float
 
 
 class UtilizationReportOut(UtilizationHead):

@@ -19,9 +19,17 @@ import orjson
 import psycopg
 
 from board.errors import Unprocessable
-from board.pricing.cost import amount, exact, window_pricing, workspace_currency
+from board.pricing.cost import Currency, amount, exact, window_pricing, workspace_currency
+from board.pricing.energy import (
+    co2e_kg,
+    energy_cost,
+    energy_cost_text,
+    energy_rates,
+    kwh,
+)
 from board.reportkit.params import HOUR, Window
 from board.reports import repository as repo
+from board.reports.energy import ENERGY_FIGURES, NO_ENERGY, add_energy, energy_sums
 from board.reports.schemas import (
     ReportCoverage,
     UsageHead,
@@ -48,6 +56,7 @@ KEY_COLUMNS = {
 USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
 # Last on every usage row (after coveredGpuHours where there is one): board/pricing/cost.py.
 COST_FIGURES = ("cost", "currency")
+# ... and then its energy (board.reports.energy.ENERGY_FIGURES).
 UTILIZATION_FIGURES = (
     "bucketStart",
     "coveredHours",
@@ -56,6 +65,10 @@ UTILIZATION_FIGURES = (
     "idleHours",
     "avgUtilPct",
     "avgMemoryUsedPct",
+    "energyKWh",
+    "idleEnergyKWh",
+    "avgPowerW",
+    "energyCoveredHours",
 )
 
 
@@ -66,6 +79,23 @@ def hours(us: int) -> float:
 
 def ratio(part: float, whole: float) -> float | None:
     return None if whole == 0 else round(1e6 * part / whole) / 1e6
+
+
+def energy_fields(
+    sums: Sequence[int], currency: Currency | None, text: bool = False
+) -> tuple[float | str | None, ...]:
+    """A row's ENERGY_FIGURES from its exact sums (board.reports.energy.ENERGY_SUMS);
+    `text`: the cost with exactly the currency's digits, as CSV cells show money."""
+    covered, active, idle_held, idle, cost_n, co2e_n, unpriced, unrated = sums
+    cost = (energy_cost_text if text else energy_cost)(cost_n, covered, unpriced, currency)
+    return (
+        kwh(active + idle_held + idle),
+        kwh(active),
+        kwh(idle_held),
+        hours(covered),
+        cost,
+        co2e_kg(co2e_n, covered, unrated),
+    )
 
 
 @dataclass
@@ -101,11 +131,16 @@ async def usage_scope(
     window: Window,
     day_keyed: bool,
     days: bool = True,
+    rated: bool = True,
 ) -> repo.Scope:
+    """`rated`: with the window's electricity prices and carbon intensities."""
     await repo.prepare(conn)
     d0, d1 = window.whole_utc_days(day_keyed) if days else (window.start, window.start)
     dirty = await repo.dirty_days(conn, workspace_id, d0, d1)
-    return repo.Scope(workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty)
+    scope = repo.Scope(workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty)
+    if rated:
+        scope = replace(scope, rates=await energy_rates(conn, workspace_id, window.end))
+    return scope
 
 
 @contextmanager
@@ -225,15 +260,23 @@ async def usage_report(
     with_covered = not {"user", "team"} & set(keys)
     currency = await workspace_currency(conn, workspace_id)
     pricing = await window_pricing(conn, workspace_id, window.start, window.end)
-    # held, active, idle-held µs, covered µs, exact cost numerator.
-    figures: dict[tuple[Any, ...], list[int]] = {}
+    # held, active, idle-held µs, covered µs, exact cost numerator; and the energy sums
+    # (the users' share, or with covered time the GPUs' own).
+    figures: dict[tuple[Any, ...], tuple[list[int], Sequence[int]]] = {}
+    width = len(columns)
     with zone_known_to_database(window):
-        for found in await repo.held_by(conn, scope, columns, pricing):
-            figures[found[:-4]] = [*found[-4:-1], 0, exact(found[-1])]
+        for found in await repo.held_by(conn, scope, columns, pricing, energy=not with_covered):
+            time = [*found[width : width + 3], 0, exact(found[width + 3])]
+            figures[found[:width]] = (
+                time,
+                NO_ENERGY if with_covered else energy_sums(found[width + 4 :]),
+            )
         if with_covered:
             # GPUs nobody held still show, with their covered time: not silently missing.
             for found in await repo.covered_by(conn, scope, columns):
-                figures.setdefault(found[:-1], [0, 0, 0, 0, 0])[3] = found[-1]
+                time = figures.get(found[:width], ([0, 0, 0, 0, 0], NO_ENERGY))[0]
+                time[3] = found[width]
+                figures[found[:width]] = (time, energy_sums(found[width + 1 :]))
         coverage = await report_coverage(conn, scope, window)
 
     host_ids = {k[columns.index("host_id")] for k in figures} if "host_id" in columns else set()
@@ -242,30 +285,61 @@ async def usage_report(
     values, order = _key_builder(keys, columns, names)
 
     ordered: list[tuple[Any, ...]] = []
-    for key, (held, active, idle_held, covered, cost) in figures.items():
+    code = currency.code if currency else None
+    energy_total = list(NO_ENERGY)
+    for key, ((held, active, idle_held, covered, cost), energy) in figures.items():
         row = values(key) + (hours(held), hours(active), hours(idle_held), ratio(idle_held, held))
         if with_covered:
             row += (hours(covered),)
-        ordered.append(row + (amount(cost, currency), currency.code if currency else None))
+        add_energy(energy_total, energy)
+        row += (amount(cost, currency), code, *energy_fields(energy, currency))
+        ordered.append(row)
     ordered.sort(key=order)
 
-    held_total = sum(f[0] for f in figures.values())
-    idle_total = sum(f[2] for f in figures.values())
-    totals = UsageTotals(
-        held_gpu_hours=hours(held_total),
-        active_gpu_hours=hours(sum(f[1] for f in figures.values())),
-        idle_held_gpu_hours=hours(idle_total),
-        idle_held_share=ratio(idle_total, held_total),
-        cost=amount(sum(f[4] for f in figures.values()), currency),
-        currency=currency.code if currency else None,
+    sums = [f[0] for f in figures.values()]
+    held_total = sum(f[0] for f in sums)
+    idle_total = sum(f[2] for f in sums)
+    totals = usage_totals(
+        (held_total, sum(f[1] for f in sums), idle_total, sum(f[4] for f in sums)),
+        energy_total,
+        currency,
     )
     head = usage_head(window, keys)
     key_fields = unique([f for k in keys for f in KEY_FIELDS[k]])
     columns = (
-        key_fields + USAGE_FIGURES + (("coveredGpuHours",) if with_covered else ()) + COST_FIGURES
+        key_fields
+        + USAGE_FIGURES
+        + (("coveredGpuHours",) if with_covered else ())
+        + COST_FIGURES
+        + ENERGY_FIGURES
     )
     rows = [dict(zip(columns, row, strict=True)) for row in ordered]
     return UsageReport(head, columns, rows, totals, coverage)
+
+
+def usage_totals(
+    held: Sequence[int], energy: Sequence[int], currency: Currency | None
+) -> UsageTotals:
+    """The totals from the exact sums of every row: held, active, idle-held µs and the
+    cost numerator; the energy sums (ENERGY_SUMS). Each rounded once."""
+    held_us, active_us, idle_held_us, cost = held
+    kwh_all, kwh_active, kwh_idle_held, covered, energy_cost_value, co2e = energy_fields(
+        energy, currency
+    )
+    return UsageTotals(
+        held_gpu_hours=hours(held_us),
+        active_gpu_hours=hours(active_us),
+        idle_held_gpu_hours=hours(idle_held_us),
+        idle_held_share=ratio(idle_held_us, held_us),
+        cost=amount(cost, currency),
+        currency=currency.code if currency else None,
+        energy_kwh=kwh_all,
+        active_energy_kwh=kwh_active,
+        idle_held_energy_kwh=kwh_idle_held,
+        energy_covered_hours=covered,
+        energy_cost=energy_cost_value,
+        co2e_kg=co2e,
+    )
 
 
 def usage_head(window: Window, keys: tuple[str, ...]) -> UsageHead:
@@ -285,8 +359,11 @@ async def utilization_scope(
     bucket: str,
     host_id: int | None = None,
 ) -> repo.Scope:
-    # Hourly buckets need hour rows; daily ones may read whole UTC days.
-    scope = await usage_scope(conn, workspace_id, window, day_keyed=True, days=bucket == "day")
+    # Hourly buckets need hour rows; daily ones may read whole UTC days. No prices: the
+    # utilization report shows energy, never its cost.
+    scope = await usage_scope(
+        conn, workspace_id, window, day_keyed=True, days=bucket == "day", rated=False
+    )
     return replace(scope, host_id=host_id)
 
 

@@ -37,7 +37,14 @@ from board.reportkit.csv import LINE_END, cell, csv_cells
 from board.reportkit.params import Window
 from board.reports import repository as repo
 from board.reports import service
-from board.reports.schemas import UsageTotals
+from board.reports.energy import (
+    ENERGY_COLUMNS,
+    ENERGY_FIGURES,
+    NO_ENERGY,
+    add_energy,
+    energy_sums,
+    named_energy_sql,
+)
 
 # Rows per usage fetch: a few MiB of text in the worker at a time.
 FETCH_ROWS = 2_000
@@ -114,20 +121,20 @@ async def ordered_keys(
 _USAGE_SQL = """
     WITH held AS (
         SELECT {select}, sum(held_us)::bigint AS held, sum(active_us)::bigint AS active,
-               sum(idle_held_us)::bigint AS idle_held, sum(cost_n) AS cost_n
+               sum(idle_held_us)::bigint AS idle_held, sum(cost_n) AS cost_n{held_energy}
         FROM {user_source}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
     ){covered_cte}
     SELECT {columns}, coalesce(held, 0), coalesce(active, 0), coalesce(idle_held, 0),
-           {covered}, cost_n
+           {covered}, cost_n, {energy}
     FROM held {covered_join}
     {order_joins}
     ORDER BY {order}
 """
 _COVERED_CTE = """,
     covered AS (
-        SELECT {select}, sum(covered_us)::bigint AS covered
+        SELECT {select}, sum(covered_us)::bigint AS covered, {energy}
         FROM {gpu_source}
         GROUP BY {group}
         HAVING sum(covered_us) <> 0
@@ -135,9 +142,15 @@ _COVERED_CTE = """,
 
 
 def _usage_sql(
-    keys: tuple[str, ...], columns: tuple[str, ...], with_covered: bool, pricing: Pricing
+    keys: tuple[str, ...],
+    columns: tuple[str, ...],
+    with_covered: bool,
+    pricing: Pricing,
+    rated: bool,
 ) -> str:
-    """Per key: held, active and idle-held (and covered) microseconds, in body order."""
+    """Per key: held, active and idle-held (and covered) microseconds, the cost
+    numerator and the energy sums (the GPUs' with covered time, else the users'), in
+    body order."""
     select, group = repo.select_columns(columns)
     order: list[str] = []
     joins: list[str] = []
@@ -156,15 +169,21 @@ def _usage_sql(
                 f"AS {key}_order(id, ord) ON {key}_order.id = {column}"
             )
             order += [f"{key}_order.ord", column]
+    source = "gpu" if with_covered else "user"
+    energy = named_energy_sql(source, rated)
     return _USAGE_SQL.format(
         select=select,
         group=group,
-        user_source=repo.user_source(columns, pricing),
-        covered_cte=_COVERED_CTE.format(select=select, gpu_source=repo.GPU_SOURCE, group=group)
+        user_source=repo.user_source(columns, pricing, rated and not with_covered),
+        held_energy="" if with_covered else f", {energy}",
+        covered_cte=_COVERED_CTE.format(
+            select=select, gpu_source=repo.GPU_SOURCE, group=group, energy=energy
+        )
         if with_covered
         else "",
         columns=", ".join(columns),
         covered="coalesce(covered, 0)" if with_covered else "0",
+        energy=", ".join(ENERGY_COLUMNS),
         covered_join=f"FULL JOIN covered USING ({', '.join(columns)})" if with_covered else "",
         order_joins="\n".join(joins),
         order=", ".join(order),
@@ -199,6 +218,7 @@ async def prepare_usage(
         + service.USAGE_FIGURES
         + (("coveredGpuHours",) if with_covered else ())
         + service.COST_FIGURES
+        + ENERGY_FIGURES
     )
     position = {c: i for i, c in enumerate(columns)}
 
@@ -224,6 +244,9 @@ async def prepare_usage(
 
     async def chunks() -> Chunks:
         held_total = active_total = idle_total = cost_total = 0
+        energy_total = list(NO_ENERGY)
+        width = len(columns)
+        text = fmt != "json"
         yield (
             orjson.dumps(head.model_dump())[:-1] + b',"rows":['
             if fmt == "json"
@@ -234,12 +257,15 @@ async def prepare_usage(
         # is spent with the head already sent, not before the first byte.
         cur = conn.cursor(name="usage_rows")
         try:
-            await cur.execute(_usage_sql(keys, columns, with_covered, pricing), values)
+            statement = _usage_sql(keys, columns, with_covered, pricing, scope.rates.in_force)
+            await cur.execute(statement, values)
             rows = await cur.fetchmany(FETCH_ROWS)
             while rows:
                 built = []
                 for row in rows:
-                    held, active, idle_held, covered, cost_n = row[len(columns) :]
+                    held, active, idle_held, covered, cost_n = row[width : width + 5]
+                    energy = energy_sums(row[width + 5 :])
+                    add_energy(energy_total, energy)
                     cost = exact(cost_n)
                     cost_total += cost
                     held_total += held
@@ -256,9 +282,10 @@ async def prepare_usage(
                     # CSV money with the currency's own digits ("19.22"), as statements.
                     figures += (
                         amount(cost, currency)
-                        if fmt == "json" or currency is None
+                        if not text or currency is None
                         else amount_text(cost, currency),
                         code,
+                        *service.energy_fields(energy, currency, text),
                     )
                     built.append(key_values(row) + figures)
                 if fmt == "json":
@@ -275,13 +302,8 @@ async def prepare_usage(
         finally:
             await cur.close()
         if fmt == "json":
-            totals = UsageTotals(
-                held_gpu_hours=service.hours(held_total),
-                active_gpu_hours=service.hours(active_total),
-                idle_held_gpu_hours=service.hours(idle_total),
-                idle_held_share=service.ratio(idle_total, held_total),
-                cost=amount(cost_total, currency),
-                currency=code,
+            totals = service.usage_totals(
+                (held_total, active_total, idle_total, cost_total), energy_total, currency
             )
             coverage = await service.report_coverage(conn, scope, window)
             yield (

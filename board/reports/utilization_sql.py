@@ -6,8 +6,19 @@ board.reports.repository has the report scope and the rest.
 
 from __future__ import annotations
 
-# Each figure as an integer number of millionths (hours or percent), named here.
-FIGURES = ("covered", "active", "idle_held", "idle", "util_pct", "memory_pct")
+# Each figure as an integer number of millionths (hours, percent, kWh or watts), named here.
+FIGURES = (
+    "covered",
+    "active",
+    "idle_held",
+    "idle",
+    "util_pct",
+    "memory_pct",
+    "energy",
+    "idle_energy",
+    "avg_power",
+    "energy_covered",
+)
 # Row fields after the key fields, in board-api.md's order, with their figure columns.
 ROW_FIELDS = (
     ("coveredHours", "covered"),
@@ -16,7 +27,26 @@ ROW_FIELDS = (
     ("idleHours", "idle"),
     ("avgUtilPct", "util_pct"),
     ("avgMemoryUsedPct", "memory_pct"),
+    ("energyKWh", "energy"),
+    ("idleEnergyKWh", "idle_energy"),
+    ("avgPowerW", "avg_power"),
+    ("energyCoveredHours", "energy_covered"),
 )
+# The rollups' sums a row is made of, in _figures' order (energy last).
+SUMS = (
+    "covered_us",
+    "active_us",
+    "idle_held_us",
+    "idle_us",
+    "util_pct_us",
+    "memory_used_mb_us",
+    "memory_total_mb_us",
+    "energy_covered_us",
+    "active_energy_uws",
+    "idle_held_energy_uws",
+    "idle_energy_uws",
+)
+_ALIASES = ("c", "a", "ih", "i", "u", "mu", "mt", "ec", "ae", "ihe", "ie")
 # How every JSON row starts; each key's fields go in front of it.
 JSON_ROW_START = b'{"bucketStart":'
 
@@ -51,10 +81,14 @@ def row_text_sql(fmt: str) -> str:
     return f"concat(E'\\r\\n', k.prefix, lb.label, {fields})"
 
 
-def _figures(c: str, a: str, ih: str, i: str, u: str, mu: str, mt: str) -> str:
+def _figures(
+    c: str, a: str, ih: str, i: str, u: str, mu: str, mt: str, ec: str, ae: str, ihe: str, ie: str
+) -> str:
     """Hours rounded half up to millionths in integer arithmetic (as service.hours),
-    time-weighted mean utilization and memory use in millionths of a percent; and the
-    covered microseconds themselves (the coverage total is their sum)."""
+    time-weighted mean utilization and memory use in millionths of a percent; energy in
+    millionths of a kWh (3.6 J; half up, as board.pricing.energy.kwh), the mean power
+    over the energy-covered time in millionths of a watt (µJ / µs); and the covered
+    microseconds themselves (the coverage total is their sum)."""
     return f"""
         ({c} + 1800) / 3600 AS covered,
         ({a} + 1800) / 3600 AS active,
@@ -62,6 +96,10 @@ def _figures(c: str, a: str, ih: str, i: str, u: str, mu: str, mt: str) -> str:
         ({i} + 1800) / 3600 AS idle,
         round(1e6 * ({u})::float8 / {c})::bigint AS util_pct,
         round(1e8 * ({mu})::float8 / nullif({mt}, 0))::bigint AS memory_pct,
+        ({ae} + {ihe} + {ie} + 1800000) / 3600000 AS energy,
+        ({ie} + 1800000) / 3600000 AS idle_energy,
+        round(1e6 * ({ae} + {ihe} + {ie})::float8 / nullif({ec}, 0))::bigint AS avg_power,
+        ({ec} + 1800) / 3600 AS energy_covered,
         {c} AS covered_us"""
 
 
@@ -99,45 +137,34 @@ def utilization_figures_sql(
         WHERE workspace_id = %(ws)s {only}"""
     if bucket == "hour":
         # An hour row is its GPU's (or host's) bucket already.
-        figures = _figures(
-            "covered_us",
-            "active_us",
-            "idle_held_us",
-            "idle_us",
-            "util_pct_us",
-            "memory_used_mb_us",
-            "memory_total_mb_us",
-        )
+        figures = _figures(*SUMS)
         return f"""
             SELECT {key} AS key, hour_start AS bucket, {figures}
             {ranges} AND covered_us > 0
         """
     # A bucket is named by its first instant; day rows (only used when the report's
     # days are UTC days) already start their bucket.
+    day_columns = ", ".join(f"{s} AS {a}" for s, a in zip(SUMS, _ALIASES, strict=True))
+    hour_sums = ", ".join(f"sum({s})::bigint" for s in SUMS)
     buckets = f"""
-        SELECT {key} AS key, day_start AS bucket, covered_us AS c, active_us AS a,
-               idle_held_us AS ih, idle_us AS i, util_pct_us AS u, memory_used_mb_us AS mu,
-               memory_total_mb_us AS mt
+        SELECT {key} AS key, day_start AS bucket, {day_columns}
         FROM gpu_day_rollups
         WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
           AND NOT day_start = ANY(%(dirty)s::timestamptz[]) {only}
         UNION ALL
-        SELECT {key}, {hour_bucket_sql(bucket)}, sum(covered_us)::bigint,
-               sum(active_us)::bigint, sum(idle_held_us)::bigint, sum(idle_us)::bigint,
-               sum(util_pct_us)::bigint, sum(memory_used_mb_us)::bigint,
-               sum(memory_total_mb_us)::bigint
+        SELECT {key}, {hour_bucket_sql(bucket)}, {hour_sums}
         {ranges}
         GROUP BY 1, 2
     """
     if group == "gpu":
         return f"""
-            SELECT key, bucket, {_figures("c", "a", "ih", "i", "u", "mu", "mt")}
+            SELECT key, bucket, {_figures(*_ALIASES)}
             FROM ({buckets}) AS b
             WHERE c > 0
         """
     # A GPU's uncovered time adds nothing to any sum, so a host's bucket is simply the
     # sum of its GPUs' rows (bigint is ample for a host-day).
-    sums = (f"sum({c})::bigint" for c in ("c", "a", "ih", "i", "u", "mu", "mt"))
+    sums = (f"sum({c})::bigint" for c in _ALIASES)
     return f"""
         SELECT key, bucket, {_figures(*sums)}
         FROM ({buckets}) AS b

@@ -150,7 +150,7 @@ async def prepare_utilization(
             prefixes.append((csv_cells(fields.values()) + ",").encode())
     keyed = [(key_id, prefix) for (key_id, _), prefix in zip(keys, prefixes, strict=True)]
 
-    report = f"utilization:{group}:{bucket}:{fmt}:{window.tz_name}"
+    report = f"{bodies.KEPT_KIND}:{group}:{bucket}:{fmt}:{window.tz_name}"
     dirty, versions = await bodies.day_states(conn, workspace_id, window)
     pieces = bodies.plan(window, bucket, hours, dirty, versions, datetime.now(UTC))
     blocks = [p for p in pieces if p.units]

@@ -135,6 +135,12 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "idleHeldShare",
         "cost",
         "currency",
+        "energyKWh",
+        "activeEnergyKWh",
+        "idleHeldEnergyKWh",
+        "energyCoveredHours",
+        "energyCost",
+        "co2eKg",
     ]
     # The team a spreadsheet would run as a formula is shown as text.
     assert lines[1][0] == '\'=HYPERLINK("http://evil.example")'
@@ -146,6 +152,13 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "0.000000",
         "8.00",  # money in the currency's minor units
         "EUR",
+        # 3 h at 100 W; no electricity price or carbon intensity: empty, not 0.
+        "0.300000",
+        "0.300000",
+        "0.000000",
+        "3.000000",
+        "",
+        "",
     ]
     assert lines[2] == [
         "",
@@ -156,6 +169,12 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "1.000000",
         "3.00",
         "EUR",
+        "0.300000",
+        "0.000000",
+        "0.300000",
+        "3.000000",
+        "",
+        "",
     ]
 
 

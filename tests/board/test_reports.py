@@ -107,6 +107,14 @@ async def test_usage_by_user_bills_shared_gpu_half_each(app, client) -> None:
         # No prices set: no cost (docs/money.md).
         "cost": None,
         "currency": None,
+        # Every GPU drew 100 W: the users' shares of 2 held hours, 0.5 h of them active.
+        "energyKWh": 0.2,
+        "activeEnergyKWh": 0.05,
+        "idleHeldEnergyKWh": 0.15,
+        "energyCoveredHours": 2.0,
+        # No electricity price, no carbon intensity: null, never 0.
+        "energyCost": None,
+        "co2eKg": None,
     }
     coverage = body["coverage"]
     assert coverage["coveredGpuHours"] == 4.0  # 2 h on each GPU; the 1.5 h gap is not covered
@@ -233,9 +241,13 @@ async def test_csv_has_the_same_rows(app, client) -> None:
     assert "attachment" in r.headers["content-disposition"]
     lines = r.text.splitlines()
     assert lines[0] == (
-        "user,day,heldGpuHours,activeGpuHours,idleHeldGpuHours,idleHeldShare,cost,currency"
+        "user,day,heldGpuHours,activeGpuHours,idleHeldGpuHours,idleHeldShare,cost,currency,"
+        "energyKWh,activeEnergyKWh,idleHeldEnergyKWh,energyCoveredHours,energyCost,co2eKg"
     )
-    assert lines[1] == f"alice,{_day(-1)},0.250000,0.000000,0.250000,1.000000,,"
+    assert lines[1] == (
+        f"alice,{_day(-1)},0.250000,0.000000,0.250000,1.000000,,,"
+        "0.025000,0.000000,0.025000,0.250000,,"
+    )
     assert len(lines) == 5
 
     util = await client.get(
@@ -253,6 +265,10 @@ async def test_csv_has_the_same_rows(app, client) -> None:
         "idleHours",
         "avgUtilPct",
         "avgMemoryUsedPct",
+        "energyKWh",
+        "idleEnergyKWh",
+        "avgPowerW",
+        "energyCoveredHours",
     ]
     # The JSON objects carry the same fields in the same order, with the same values.
     body = await report(

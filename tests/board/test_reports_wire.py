@@ -26,6 +26,12 @@ TOTALS_KEYS = [
     "idleHeldShare",
     "cost",
     "currency",
+    "energyKWh",
+    "activeEnergyKWh",
+    "idleHeldEnergyKWh",
+    "energyCoveredHours",
+    "energyCost",
+    "co2eKg",
 ]
 COVERAGE_KEYS = ["earliestDataAt", "latestDataAt", "coveredGpuHours"]
 ZONE = "America/New_York"
@@ -73,7 +79,7 @@ async def test_usage_envelope_keys_and_times(app: Any, client: httpx.AsyncClient
     assert _local(body["to"]).date().isoformat() == query["to"]
     assert _local(body["coverage"]["earliestDataAt"]) < _local(body["coverage"]["latestDataAt"])
     assert [list(row) for row in body["rows"]] == [
-        ["hostId", "displayName", *TOTALS_KEYS[:4], "coveredGpuHours", "cost", "currency"]
+        ["hostId", "displayName", *TOTALS_KEYS[:4], "coveredGpuHours", *TOTALS_KEYS[4:]]
     ]
 
     csv = await client.get(url, params={**query, "format": "csv"}, headers=tenant.auth())

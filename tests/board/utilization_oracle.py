@@ -64,7 +64,7 @@ async def _rows(
     conn: psycopg.AsyncConnection[Any], scope: Any, group: str, bucket: str
 ) -> list[tuple[Any, ...]]:
     """(gpu_id or host_id, bucket start in epoch seconds, coveredHours …
-    avgMemoryUsedPct), each GPU's (or host's) rows together and in time order."""
+    energyCoveredHours), each GPU's (or host's) rows together and in time order."""
     statement = f"""
         SELECT key, extract(epoch FROM bucket)::bigint,
                {", ".join(f"{f}::float8 / 1e6" for f in utilization_sql.FIGURES)}
@@ -96,7 +96,9 @@ async def built_report(
     blocks = {key: list(rows) for key, rows in groupby(found, key=itemgetter(0))}
     rows: list[dict[str, Any]] = []
     for key, keys in await service.ordered_keys(conn, workspace_id, group, set(blocks)):
-        for _, epoch, covered, active, idle_held, idle, util, memory in blocks[key]:
+        for found in blocks[key]:
+            _, epoch, covered, active, idle_held, idle, util, memory = found[:8]
+            energy, idle_energy, power, energy_covered = found[8:]
             start = window.local(datetime.fromtimestamp(epoch, UTC)).isoformat()
             rows.append(
                 {
@@ -108,6 +110,10 @@ async def built_report(
                     "idleHours": idle,
                     "avgUtilPct": util,
                     "avgMemoryUsedPct": memory,
+                    "energyKWh": energy,
+                    "idleEnergyKWh": idle_energy,
+                    "avgPowerW": power,
+                    "energyCoveredHours": energy_covered,
                 }
             )
     head = service.utilization_head(window, group, bucket)

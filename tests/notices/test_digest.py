@@ -78,6 +78,10 @@ async def test_digest_equals_the_reports_and_is_sent_once(app, client, smtp: Smt
     assert expected  # alice's 45 minutes
     assert data["idleHeldByUser"] == expected
     assert data["idleHeldGpuHours"] == usage.json()["totals"]["idleHeldGpuHours"]
+    # 45 minutes idle-held at 100 W; no electricity price or carbon intensity: no cost.
+    burned = {"kWh": 0.075, "cost": None, "currency": None, "co2eKg": None}
+    assert data["idleHeldEnergy"] == burned
+    assert usage.json()["totals"]["idleHeldEnergyKWh"] == burned["kWh"]
 
     booked_report = await client.get(
         "/api/v1/workspaces/acme/reports/reservations",
@@ -102,7 +106,9 @@ async def test_digest_equals_the_reports_and_is_sent_once(app, client, smtp: Smt
     await deliver_until(app, mailed, "the digest mailed to the admin")
     mail = next(m for rcpt, m in smtp.messages if rcpt == ["admin@acme.example"])
     assert "daily digest" in mail["Subject"]
-    assert "alice" in mail.get_payload(decode=True).decode()
+    text = mail.get_payload(decode=True).decode()
+    assert "alice" in text
+    assert f"Idle-held GPUs burned 0.075 kWh on {data['day']}\r\n" in text
 
 
 async def test_a_half_hour_zone_does_not_stop_every_workspaces_notices(
