@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import date
 from typing import Any
 
@@ -41,9 +41,9 @@ from board.reports.energy import (
     ENERGY_COLUMNS,
     ENERGY_FIGURES,
     NO_ENERGY,
-    add_energy,
     energy_sums,
     named_energy_sql,
+    summed,
 )
 
 # Rows per usage fetch: a few MiB of text in the worker at a time.
@@ -183,7 +183,8 @@ def _usage_sql(
         else "",
         columns=", ".join(columns),
         covered="coalesce(covered, 0)" if with_covered else "0",
-        energy=", ".join(ENERGY_COLUMNS),
+        # Rows only one side of the FULL JOIN has: no energy rather than NULL.
+        energy=", ".join(f"coalesce({c}, 0)" if i < 4 else c for i, c in enumerate(ENERGY_COLUMNS)),
         covered_join=f"FULL JOIN covered USING ({', '.join(columns)})" if with_covered else "",
         order_joins="\n".join(joins),
         order=", ".join(order),
@@ -244,7 +245,7 @@ async def prepare_usage(
 
     async def chunks() -> Chunks:
         held_total = active_total = idle_total = cost_total = 0
-        energy_total = list(NO_ENERGY)
+        energy_total: Sequence[int] = NO_ENERGY
         width = len(columns)
         text = fmt != "json"
         yield (
@@ -262,10 +263,11 @@ async def prepare_usage(
             rows = await cur.fetchmany(FETCH_ROWS)
             while rows:
                 built = []
+                energies = []
                 for row in rows:
                     held, active, idle_held, covered, cost_n = row[width : width + 5]
                     energy = energy_sums(row[width + 5 :])
-                    add_energy(energy_total, energy)
+                    energies.append(energy)
                     cost = exact(cost_n)
                     cost_total += cost
                     held_total += held
@@ -288,6 +290,7 @@ async def prepare_usage(
                         *service.energy_fields(energy, currency, text),
                     )
                     built.append(key_values(row) + figures)
+                energy_total = summed(energy_total, energies)
                 if fmt == "json":
                     body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])
                     yield (b"," if sent else b"") + body[1:-1]
