@@ -170,11 +170,16 @@ def energy_cost_text(
     return minor_text(energy_minor(numerator, currency.minor_units), currency.minor_units)
 
 
+def co2e_mg(numerator: int) -> int:
+    """An exact CO2e numerator (Σ µJ × g/kWh × 10^6) in milligrams, half to even."""
+    return half_even(numerator, _CO2E_DIVISOR)
+
+
 def co2e_kg(numerator: int, covered_us: int, unrated_us: int) -> float | None:
     """`co2eKg` (6 decimals, half to even), or None without an intensity in force all along."""
     if not _known(covered_us, unrated_us):
         return None
-    return half_even(numerator, _CO2E_DIVISOR) / 1e6
+    return co2e_mg(numerator) / 1e6
 
 
 async def energy_prices_begun(

@@ -57,6 +57,10 @@ def csv_cells(values: Iterable[object]) -> str:
     return out.getvalue()[: -len(LINE_END)]
 
 
+# Columns of money: written with the currency's digits.
+MONEY_COLUMNS = frozenset({"cost", "energyCost"})
+
+
 def render_csv(report: Table, cost_digits: int = 2) -> str:
     """`cost_digits`: the currency's minor digits (money is written "19.22", not with the
     six decimals of hours)."""
@@ -66,7 +70,7 @@ def render_csv(report: Table, cost_digits: int = 2) -> str:
     writer.writerows(
         [
             f"{row[c]:.{cost_digits}f}"
-            if c == "cost" and isinstance(row[c], float)
+            if c in MONEY_COLUMNS and isinstance(row[c], float)
             else cell(row[c])
             for c in report.columns
         ]

@@ -87,14 +87,20 @@ def energy_fields(
     """A row's ENERGY_FIGURES from its exact sums (board.reports.energy.ENERGY_SUMS);
     `text`: the cost with exactly the currency's digits, as CSV cells show money."""
     covered, active, idle_held, idle, cost_n, co2e_n, unpriced, unrated = sums
-    cost = (energy_cost_text if text else energy_cost)(cost_n, covered, unpriced, currency)
+    # Known only with energy measured and a rate in force all along it (checked first:
+    # the usual row of a report without rates skips both calls).
+    cost = co2e = None
+    if covered and not unpriced:
+        cost = (energy_cost_text if text else energy_cost)(cost_n, covered, unpriced, currency)
+    if covered and not unrated:
+        co2e = co2e_kg(co2e_n, covered, unrated)
     return (
         kwh(active + idle_held + idle),
         kwh(active),
         kwh(idle_held),
         hours(covered),
         cost,
-        co2e_kg(co2e_n, covered, unrated),
+        co2e,
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import date
 from typing import Any
 
@@ -37,13 +37,14 @@ from board.reportkit.csv import LINE_END, cell, csv_cells
 from board.reportkit.params import Window
 from board.reports import repository as repo
 from board.reports import service
+from board.reports.csv_figures import energy_texts, hours_text, ratio_text
 from board.reports.energy import (
     ENERGY_COLUMNS,
     ENERGY_FIGURES,
     NO_ENERGY,
-    add_energy,
     energy_sums,
     named_energy_sql,
+    summed,
 )
 
 # Rows per usage fetch: a few MiB of text in the worker at a time.
@@ -183,7 +184,8 @@ def _usage_sql(
         else "",
         columns=", ".join(columns),
         covered="coalesce(covered, 0)" if with_covered else "0",
-        energy=", ".join(ENERGY_COLUMNS),
+        # Rows only one side of the FULL JOIN has: no energy rather than NULL.
+        energy=", ".join(f"coalesce({c}, 0)" if i < 4 else c for i, c in enumerate(ENERGY_COLUMNS)),
         covered_join=f"FULL JOIN covered USING ({', '.join(columns)})" if with_covered else "",
         order_joins="\n".join(joins),
         order=", ".join(order),
@@ -242,9 +244,30 @@ async def prepare_usage(
         await conn.execute("SELECT now() AT TIME ZONE %s", [window.tz_name])
     head = service.usage_head(window, keys)
 
+    def csv_lines(rows: list[tuple[Any, ...]]) -> bytes:
+        """Rows as CSV lines: the key cells made formula-safe, the figures as the text
+        the CSV writer gives their rounded values (board.reports.csv_figures)."""
+        width = len(columns)
+        built: list[list[Any]] = []
+        for row in rows:
+            held, active, idle_held, covered, cost_n = row[width : width + 5]
+            line = [cell(v) for v in key_values(row)]
+            line += (hours_text(held), hours_text(active), hours_text(idle_held))
+            line.append(ratio_text(idle_held, held))
+            if with_covered:
+                line.append(hours_text(covered))
+            # Money with the currency's own digits ("19.22"), as statements.
+            line.append(amount_text(exact(cost_n), currency) if currency else "")
+            line.append(code or "")
+            line += energy_texts(energy_sums(row[width + 5 :]), currency)
+            built.append(line)
+        out = io.StringIO()
+        csv.writer(out, lineterminator=LINE_END).writerows(built)
+        return out.getvalue().encode()
+
     async def chunks() -> Chunks:
         held_total = active_total = idle_total = cost_total = 0
-        energy_total = list(NO_ENERGY)
+        energy_total: Sequence[int] = NO_ENERGY
         width = len(columns)
         text = fmt != "json"
         yield (
@@ -261,11 +284,17 @@ async def prepare_usage(
             await cur.execute(statement, values)
             rows = await cur.fetchmany(FETCH_ROWS)
             while rows:
+                if text:
+                    # CSV: no totals to keep, figures written from their integers.
+                    yield csv_lines(rows)
+                    rows = await cur.fetchmany(FETCH_ROWS)
+                    continue
                 built = []
+                energies = []
                 for row in rows:
                     held, active, idle_held, covered, cost_n = row[width : width + 5]
                     energy = energy_sums(row[width + 5 :])
-                    add_energy(energy_total, energy)
+                    energies.append(energy)
                     cost = exact(cost_n)
                     cost_total += cost
                     held_total += held
@@ -279,24 +308,15 @@ async def prepare_usage(
                     )
                     if with_covered:
                         figures += (service.hours(covered),)
-                    # CSV money with the currency's own digits ("19.22"), as statements.
                     figures += (
-                        amount(cost, currency)
-                        if not text or currency is None
-                        else amount_text(cost, currency),
+                        amount(cost, currency),
                         code,
-                        *service.energy_fields(energy, currency, text),
+                        *service.energy_fields(energy, currency),
                     )
                     built.append(key_values(row) + figures)
-                if fmt == "json":
-                    body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])
-                    yield (b"," if sent else b"") + body[1:-1]
-                else:
-                    out = io.StringIO()
-                    csv.writer(out, lineterminator=LINE_END).writerows(
-                        [cell(v) for v in r] for r in built
-                    )
-                    yield out.getvalue().encode()
+                energy_total = summed(energy_total, energies)
+                body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])
+                yield (b"," if sent else b"") + body[1:-1]
                 sent = True
                 rows = await cur.fetchmany(FETCH_ROWS)
         finally:

@@ -156,6 +156,35 @@ async def test_usage_csv_cells_are_plain_numbers(app: Any, client: httpx.AsyncCl
             assert row[k][:1] not in "=+-@'\t\r\n", (k, row[k])
 
 
+async def test_streamed_bodies_are_the_buffered_ones(app: Any, client: httpx.AsyncClient) -> None:
+    """With rates in force too: the API's streamed JSON and CSV are the bytes of the
+    buffered report (the pages' path) and of its CSV (money with the currency's digits)."""
+    from board.reportkit.csv import render_csv
+    from board.reports import groupings, service
+
+    tenant = await quick_tenant(app, "energy")
+    day = await energy_fleet(app, client, tenant)
+    ws = await scalar(app, "SELECT id FROM workspaces WHERE slug = %s", tenant.slug)
+    bounds = window(day)
+    runtime: Runtime = app.state.runtime
+    for group in ("user", "team,user", "gpu", "host,day", "day,user"):
+        for tz in ("UTC", ZONE):
+            async with runtime.pool.connection() as conn:
+                built = await service.usage_report(
+                    conn,
+                    ws,
+                    parse_window(bounds["from"], bounds["to"], tz),
+                    groupings.parse_usage_group(group),
+                )
+            query = {**bounds, "groupBy": group, "tz": tz}
+            url = f"/api/v1/workspaces/{tenant.slug}/reports/usage"
+            r = await client.get(url, params=query, headers=tenant.auth("finance"))
+            assert r.content == built.to_json(), (group, tz)
+            r = await client.get(url, params={**query, "format": "csv"}, headers=tenant.auth())
+            assert r.text == render_csv(built), (group, tz)
+            assert any(row["energyCost"] for row in built.rows), (group, tz)
+
+
 async def test_another_workspaces_rates_never_apply(app: Any, client: httpx.AsyncClient) -> None:
     """The same fleet in a workspace with no rates: the energy, but neither cost nor
     CO2e (null, never 0); with an intensity only, CO2e and still no cost; with a price
