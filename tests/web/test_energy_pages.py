@@ -23,8 +23,8 @@ def midday_zone(now: datetime) -> str:
 
 
 async def lab(app: Any, client: httpx.AsyncClient, slug: str) -> Tenant:
-    """GPU 0 idle-held by bob at 900 W, GPU 1 busy for alice at 720 W, GPU 2 free and
-    reporting no power: three observations 100 s apart (within the 120 s gap), ending now.
+    """GPU 0 idle-held by bob at 900 W, GPU 1 busy for alice at 720 W, GPU 2 busy for
+    carol and reporting no power: three observations 100 s apart (within the 120 s gap), ending now.
 
     Energy: GPU 0 900 W × 200 s = 0.05 kWh (idle-held), GPU 1 720 W × 200 s = 0.04 kWh,
     GPU 2 none: 0.09 kWh, 56 % idle-held, over 400 of the 600 observed GPU-seconds."""
@@ -45,7 +45,7 @@ async def lab(app: Any, client: httpx.AsyncClient, slug: str) -> Tenant:
             [
                 gpu(0, state="idle_held", procs=[proc("bob")], power=900),
                 gpu(1, util=90, state="active", procs=[proc("alice")], power=720),
-                gpu(2, state="idle", power=None),
+                gpu(2, util=50, state="active", procs=[proc("carol")], power=None),
             ],
         )
     return tenant
@@ -64,3 +64,19 @@ async def test_the_fleet_page_shows_watts_kwh_today_and_the_idle_held_share(app,
     # The refresh draws the same fragment.
     body = (await client.get("/w/watts/fleet.json")).json()
     assert "data-energy-today>0.09 kWh</span>" in body["fragments"]["counts"]
+
+
+async def test_the_people_view_shows_each_persons_kwh_this_week(app, client) -> None:
+    await lab(app, client, "peoplekwh")
+    text = (await client.get("/w/peoplekwh/people")).text
+    bob = text[text.index('data-user="bob"') :]
+    bob = bob[: bob.index("</tr>")]
+    assert "data-energy>0.05 kWh</td>" in bob
+    assert '<span class="sr-only">bob: </span>0.05 kWh<span' in bob
+    alice = text[text.index('data-user="alice"') :]
+    alice = alice[: alice.index("</tr>")]
+    assert "data-energy>0.04 kWh</td>" in alice
+    assert 'data-idle-energy><span class="sr-only">alice: </span>0.00 kWh' in alice
+    carol = text[text.index('data-user="carol"') :]
+    carol = carol[: carol.index("</tr>")]
+    assert 'data-energy>0.00 kWh <span class="muted small">(partial)</span></td>' in carol
