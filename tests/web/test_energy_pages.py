@@ -80,3 +80,23 @@ async def test_the_people_view_shows_each_persons_kwh_this_week(app, client) -> 
     carol = text[text.index('data-user="carol"') :]
     carol = carol[: carol.index("</tr>")]
     assert 'data-energy>0.00 kWh <span class="muted small">(partial)</span></td>' in carol
+
+
+async def test_the_usage_page_charts_kwh_per_day_with_a_table(app, client) -> None:
+    await lab(app, client, "kwhdays")
+    text = (await client.get("/w/kwhdays/usage?groupBy=user")).text
+    assert 'id="energy-title">kWh per day' in text
+    assert "partial: some GPUs reported no power" in text
+    table = text[
+        text.index('id="energy-days"') : text.index("</table>", text.index('id="energy-days"'))
+    ]
+    rows = table.split("<tr data-day=")[1:]
+    assert len(rows) >= 2  # every day of the window, the empty ones too
+    today = rows[-1]
+    assert (
+        '<td class="num">0.09 kWh <span class="muted small">(partial)</span></td>'
+        '<td class="num">0.05 kWh</td>'
+    ) in today
+    assert '<td class="num">0.00 kWh</td><td class="num">0.00 kWh</td>' in rows[0]
+    # The chart: today's column is the rest (0.04 kWh) below the idle-held 0.05 kWh.
+    assert "0.09 kWh, 0.05 kWh idle-held</title>" in text
