@@ -63,7 +63,7 @@ async def test_the_fleet_page_shows_watts_kwh_today_and_the_idle_held_share(app,
     assert "idle-held (0.05 kWh)" in text
     # The refresh draws the same fragment.
     body = (await client.get("/w/watts/fleet.json")).json()
-    assert "data-energy-today>0.09 kWh</span>" in body["fragments"]["counts"]
+    assert "data-energy-today>0.09 kWh</span>" in body["fragments"]["hosts"]
 
 
 async def test_the_people_view_shows_each_persons_kwh_this_week(app, client) -> None:
