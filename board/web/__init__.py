@@ -13,6 +13,7 @@ from board.web import (
     budget_routes,
     capacity_routes,
     directory_routes,
+    energy_prices_routes,
     fleet_routes,
     money_routes,
     notices_routes,
@@ -38,5 +39,6 @@ def install_web(app: FastAPI) -> None:
     app.include_router(reservation_routes.router)
     app.include_router(directory_routes.router)
     app.include_router(money_routes.router)
+    app.include_router(energy_prices_routes.router)
     app.include_router(budget_routes.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

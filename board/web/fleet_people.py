@@ -1,5 +1,6 @@
 """The people view: each Linux user's GPUs held now on fresh hosts, idle-held ones and
-since when, joined with this week's GPU-hours from the usage report."""
+since when, joined with this week's GPU-hours and energy (kWh, idle-held kWh) from the
+usage report."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ class Person:
     idle_held_for: str = ""
     held_gpu_hours: float = 0.0
     idle_held_gpu_hours: float = 0.0
+    # This week's energy: the user's share of the GPUs they held (docs/accounting.md).
+    energy_kwh: float = 0.0
+    idle_held_energy_kwh: float = 0.0
+    # Power was not known for all of the held time: the kWh rest on part of it.
+    energy_partial: bool = False
 
 
 def running_now(hosts: list[HostNow]) -> set[str]:
@@ -66,6 +72,9 @@ def people(
         person = found.setdefault(str(row["user"]), Person(str(row["user"])))
         person.held_gpu_hours = float(row["heldGpuHours"] or 0.0)
         person.idle_held_gpu_hours = float(row["idleHeldGpuHours"] or 0.0)
+        person.energy_kwh = float(row.get("energyKWh") or 0.0)
+        person.idle_held_energy_kwh = float(row.get("idleHeldEnergyKWh") or 0.0)
+        person.energy_partial = float(row.get("energyCoveredHours") or 0.0) < person.held_gpu_hours
     for person in found.values():
         person.idle_held_for = duration(person.idle_held_since, now)
     listed = list(found.values())

@@ -40,6 +40,7 @@ from board.web.fleet import (
     build_fleet,
     host_cards,
 )
+from board.web.fleet_energy import fleet_energy
 from board.web.fleet_health import health_view
 from board.web.fleet_people import people
 from board.web.fleet_rows import gpu_rows
@@ -149,6 +150,14 @@ async def _fleet_context(
             db, page.ctx.workspace_id, page.ctx.workspace.timezone, all_hosts, now
         ),
         "csrf_token": page.person.session.csrf,
+        # Watts now, kWh today and its idle-held share (board.web.fleet_energy).
+        "energy": await fleet_energy(
+            await report_connection(db),
+            page.ctx.workspace_id,
+            page.ctx.workspace.timezone,
+            all_hosts,
+            now,
+        ),
     }
     return context, fleet
 
@@ -192,6 +201,7 @@ async def fleet_json(
     etag = etag_of(
         fleet.fingerprint(),
         context["health"].fingerprint(),
+        context["energy"].fingerprint(),
         query.__dict__,
         context["view"],
         context["now"],

@@ -71,6 +71,14 @@ def hours(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+def kwh(value: float | None) -> str:
+    """Energy for a page: two decimals under 10 kWh (a day of one GPU), one under 1,000."""
+    if value is None:
+        return "–"
+    digits = 2 if value < 10 else 1 if value < 1000 else 0
+    return f"{value:,.{digits}f} kWh"
+
+
 def pct(value: float | None, digits: int = 0) -> str:
     if value is None:
         return "–"
@@ -118,7 +126,14 @@ def path_segment(value: object) -> str:
 
 
 templates.env.filters.update(
-    ago=ago, gib=gib, hours=hours, pct=pct, share=share, when=when, path_segment=path_segment
+    ago=ago,
+    gib=gib,
+    hours=hours,
+    kwh=kwh,
+    pct=pct,
+    share=share,
+    when=when,
+    path_segment=path_segment,
 )
 templates.env.globals.update(
     static_url=static_url,

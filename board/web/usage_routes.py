@@ -18,6 +18,7 @@ from board.reports import groupings, service
 from board.web.budget_view import this_months_shares
 from board.web.charts import DayChart, day_columns, stacked_bars
 from board.web.deps import Page, PageDep
+from board.web.energy_chart import EnergyDays, energy_days
 from board.web.render import PageRoute, error_page, finish, render
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
@@ -82,12 +83,12 @@ async def _days(
     query: dict[str, str],
     report: service.UsageReport,
     keys: list[str],
-) -> DayChart | None:
-    """GPU-hours per day, active and idle-held: the same report per day (from the
-    rollups), or this one when it is already per day."""
+) -> tuple[DayChart | None, EnergyDays | None]:
+    """GPU-hours per day, active and idle-held, and kWh per day (board.web.energy_chart):
+    the same report per day (from the rollups), or this one when it is already per day."""
     daily = report if keys == ["day"] else await _report(conn, page, {**query, "groupBy": "day"})
     if not daily.rows:
-        return None
+        return None, None
     found = {
         str(r["day"]): (r["activeGpuHours"] or 0.0, r["idleHeldGpuHours"] or 0.0)
         for r in daily.rows
@@ -99,7 +100,8 @@ async def _days(
     while day <= last:
         columns.append((day.isoformat(), *found.get(day.isoformat(), (0.0, 0.0))))
         day += timedelta(days=1)
-    return day_columns(columns)
+    first, last = window.day_of(window.start), window.last_day()
+    return day_columns(columns), energy_days(daily.rows, first, last)
 
 
 def _window_of(report: service.UsageReport) -> params.Window:
@@ -203,6 +205,7 @@ async def usage_page(
         "bars": [],
         "rows": [],
         "days": None,
+        "energy": None,
         "csv_url": f"/w/{page.slug}/usage.csv?{urlencode(query)}",
         # Digits of the currency's minor unit, for the cost column.
         "cost_digits": 2,
@@ -221,7 +224,7 @@ async def usage_page(
         # REST report does (all taken: the 429 with Retry-After, as a page).
         async with report_slot(request, page.ctx.workspace_id) as conn:
             report = await _report(conn, page, query)
-            days = await _days(conn, page, query, report, keys)
+            days, energy = await _days(conn, page, query, report, keys)
             if keys == ["team"]:
                 zone = page.ctx.workspace.timezone
                 context["budget_shares"] = await this_months_shares(
@@ -250,6 +253,7 @@ async def usage_page(
             ]
         ),
         days=days,
+        energy=energy,
     )
     return render(request, "usage.html", context)
 
