@@ -56,7 +56,8 @@ async def main():
         day = end.date()
         for line in sys.stdin:
             days, kind, group, bucket, fmt = json.loads(line)
-            window = params.parse_window((day - timedelta(days=days)).isoformat(), day.isoformat(), None)
+            start = (day - timedelta(days=days)).isoformat()
+            window = params.parse_window(start, day.isoformat(), None)
             t0 = time.perf_counter()
             if kind == "usage":
                 chunks = await stream.prepare_usage(conn, ws, window, tuple(group.split(",")), fmt)
