@@ -460,6 +460,7 @@ async def test_member_and_token_answers_keep_their_shape(app: Any, client: Any) 
         "reservationIdleNoticeMinutes",
         "digestHour",
         "maxSampleGapHistory",
+        "hotTemperatureC",
     ]
     shown = IssuedApiToken(
         api_token=issued["apiToken"], token_prefix="p", workspace="acme", role="admin"

@@ -116,6 +116,13 @@ EXPECTED = {
         "idleHeldShare": 0.5,
         "cost": None,  # no prices in this workspace
         "currency": None,
+        # Every GPU reads 100 W: 3 held GPU-hours are 0.3 kWh, split like the time.
+        "energyKWh": 0.3,
+        "activeEnergyKWh": 0.15,
+        "idleHeldEnergyKWh": 0.15,
+        "energyCoveredHours": 3.0,
+        "energyCost": None,  # no electricity price, no carbon intensity
+        "co2eKg": None,
     },
 }
 
