@@ -39,9 +39,9 @@ from board.reports import repository as repo
 from board.reports import service
 from board.reports.csv_figures import energy_texts, hours_text, ratio_text
 from board.reports.energy import (
-    ENERGY_COLUMNS,
     ENERGY_FIGURES,
     NO_ENERGY,
+    energy_columns,
     energy_sums,
     named_energy_sql,
     summed,
@@ -185,7 +185,9 @@ def _usage_sql(
         columns=", ".join(columns),
         covered="coalesce(covered, 0)" if with_covered else "0",
         # Rows only one side of the FULL JOIN has: no energy rather than NULL.
-        energy=", ".join(f"coalesce({c}, 0)" if i < 4 else c for i, c in enumerate(ENERGY_COLUMNS)),
+        energy=", ".join(
+            f"coalesce({c}, 0)" if i < 4 else c for i, c in enumerate(energy_columns(rated))
+        ),
         covered_join=f"FULL JOIN covered USING ({', '.join(columns)})" if with_covered else "",
         order_joins="\n".join(joins),
         order=", ".join(order),
