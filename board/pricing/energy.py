@@ -116,11 +116,6 @@ def rated_sums_sql(energy: str, covered: str, segment: str) -> list[str]:
     ]
 
 
-# The same four when nothing is in force: no cost, no CO2e (NULL unrated time reads as
-# all of it: rated_parts).
-UNRATED_SUMS = ["NULL::numeric"] * 4
-
-
 def _exact(value: Decimal | int | None) -> int:
     return 0 if value is None else int(Decimal(value).scaleb(PRICE_DIGITS))
 

@@ -1,51 +1,53 @@
-"""A usage row's figures as the text of its CSV line, straight from the exact integers.
+"""A usage report's CSV lines, built without a cell() call and a csv writer per field.
 
-The same text the CSV writer gives the rounded figures (board.reportkit.csv.cell: six
-fixed decimals; money with the currency's digits), without a float and a cell() call per
-figure: a 90,000-row CSV body spends most of its Python time on its figures.
+The same text the CSV writer gives the buffered report's rows (board.reportkit.csv:
+render_csv): a row's key fields are few and repeat (a GPU's five on each of its 90 days),
+so each key's cells are written once by the csv module and kept; figures are the
+board's own numbers, never quoted, written with six fixed decimals as cell() writes
+them. A 90,000-row CSV body spent most of its Python time on its cells.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import date
+from typing import Any
 
-from board.pricing.cost import Currency
-from board.pricing.energy import co2e_mg, energy_cost_text
+from board.reportkit.csv import csv_cells
 
-
-def millionths(q: int) -> str:
-    """A non-negative number of millionths with its six decimals ("1.500000")."""
-    return f"{q // 1_000_000}.{q % 1_000_000:06d}"
+KeyText = Callable[[tuple[Any, ...]], str]
 
 
-def hours_text(us: int) -> str:
-    """service.hours(us) as the CSV writes it (half up to the millionth of an hour)."""
-    return millionths((us + 1_800) // 3_600)
+def fields_text(values: Sequence[object]) -> str:
+    """Cells as the csv writer writes them inside a longer row (one empty cell alone
+    would be written as "")."""
+    return csv_cells((*values, ""))[:-1]
 
 
-def ratio_text(part: int, whole: int) -> str:
-    """service.ratio(part, whole) as the CSV writes it; "" for null."""
-    return "" if whole == 0 else millionths(round(1e6 * part / whole))
+def cached_key(at: int, values_of: Callable[[Any], Sequence[object]]) -> KeyText:
+    """The cells of the key in column `at` of a SQL row, written once per key value."""
+    cache: dict[Any, str] = {}
+
+    def text(row: tuple[Any, ...]) -> str:
+        value = row[at]
+        found = cache.get(value)
+        if found is None:
+            found = cache[value] = fields_text(values_of(value))
+        return found
+
+    return text
 
 
-def _kwh_text(uws: int) -> str:
-    # board.pricing.energy.kwh: half up to the millionth of a kWh (3.6 J).
-    return millionths((uws + 1_800_000) // 3_600_000)
+def day_key(at: int) -> KeyText:
+    def text(row: tuple[Any, ...]) -> str:
+        day: date = row[at]
+        return day.isoformat()
+
+    return text
 
 
-def energy_texts(sums: Sequence[int], currency: Currency | None) -> tuple[str, ...]:
-    """service.energy_fields(sums, currency, text=True) as the CSV writes them."""
-    covered, active, idle_held, idle, cost_n, co2e_n, unpriced, unrated = sums
-    cost = co2e = ""
-    if covered and not unpriced:
-        cost = energy_cost_text(cost_n, covered, unpriced, currency) or ""
-    if covered and not unrated:
-        co2e = millionths(co2e_mg(co2e_n))
-    return (
-        _kwh_text(active + idle_held + idle),
-        _kwh_text(active),
-        _kwh_text(idle_held),
-        hours_text(covered),
-        cost,
-        co2e,
-    )
+def six(value: float | str | None) -> str:
+    """A figure as cell() writes it: six fixed decimals; money text as it is; null empty."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else f"{value:.6f}"

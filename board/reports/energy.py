@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from board.pricing.energy import UNRATED_SUMS, rated_parts, rated_sums_sql, segment_sql
+from board.pricing.energy import rated_parts, rated_sums_sql, segment_sql
 
 # The fields a usage row (and the totals) adds, last, in this order.
 ENERGY_FIGURES = (
@@ -48,19 +48,25 @@ def energy_aggregates(source: str, rated: bool) -> list[str]:
     GPUs' own, from repository.GPU_SOURCE. `rated`: some price or intensity is in force
     (else the rated four are NULL). Not cast to bigint: a long window's µJ may pass 2^63."""
     if source == "user":
-        sums = ["sum(energy_held_us)", "sum(active_energy_uws)", "sum(idle_held_energy_uws)", "0"]
+        sums = [
+            "sum(energy_held_us)::bigint",
+            "sum(active_energy_uws)",
+            "sum(idle_held_energy_uws)",
+            "0",
+        ]
         energy = "active_energy_uws + idle_held_energy_uws"
         covered, segment = "energy_held_us", "e_seg"
     else:
         sums = [
-            "sum(energy_covered_us)",
+            "sum(energy_covered_us)::bigint",
             "sum(active_energy_uws)",
             "sum(idle_held_energy_uws)",
             "sum(idle_energy_uws)",
         ]
         energy = "active_energy_uws + idle_held_energy_uws + idle_energy_uws"
         covered, segment = "energy_covered_us", segment_sql("t")
-    return sums + (rated_sums_sql(energy, covered, segment) if rated else UNRATED_SUMS)
+    # Nothing in force: the four rated sums are left out (energy_sums reads them as null).
+    return sums + rated_sums_sql(energy, covered, segment) if rated else sums
 
 
 def energy_sums_sql(source: str, rated: bool) -> str:
@@ -72,19 +78,24 @@ def named_energy_sql(source: str, rated: bool) -> str:
     """energy_aggregates named `e_<ENERGY_SUMS name>` (ENERGY_COLUMNS)."""
     return ", ".join(
         f"{sql} AS {name}"
-        for sql, name in zip(energy_aggregates(source, rated), ENERGY_COLUMNS, strict=True)
+        for sql, name in zip(energy_aggregates(source, rated), ENERGY_COLUMNS, strict=False)
     )
+
+
+def energy_columns(rated: bool) -> tuple[str, ...]:
+    """The names named_energy_sql gives, in order."""
+    return ENERGY_COLUMNS if rated else ENERGY_COLUMNS[:4]
 
 
 def energy_sums(values: Sequence[Any]) -> tuple[int, ...]:
     """The aggregates of energy_sums_sql as exact integers (ENERGY_SUMS); the first four
-    are never NULL (a query that may leave them so coalesces them)."""
-    covered, active, idle_held, idle, cost_n, co2e_n, unpriced, unrated = values
-    covered = int(covered)
-    if unpriced is None:
+    are never NULL (a query that may leave them so coalesces them), the rated four are
+    absent or NULL when nothing was in force."""
+    covered, active, idle_held, idle = values[:4]
+    if len(values) == 4 or values[6] is None:
         # Nothing in force: no cost, no CO2e (the hot path of a report of many rows).
         return (covered, int(active), int(idle_held), int(idle), 0, 0, covered, covered)
-    rated = rated_parts((cost_n, co2e_n, unpriced, unrated), covered)
+    rated = rated_parts(values[4:8], covered)
     return (covered, int(active), int(idle_held), int(idle), *rated)
 
 

@@ -16,9 +16,7 @@ name order, which Python computes once per report for every key the workspace ha
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import date
 from typing import Any
 
@@ -33,15 +31,15 @@ from board.pricing.cost import (
     window_pricing,
     workspace_currency,
 )
-from board.reportkit.csv import LINE_END, cell, csv_cells
+from board.reportkit.csv import LINE_END, csv_cells
 from board.reportkit.params import Window
 from board.reports import repository as repo
 from board.reports import service
-from board.reports.csv_figures import energy_texts, hours_text, ratio_text
+from board.reports.csv_figures import KeyText, cached_key, day_key, six
 from board.reports.energy import (
-    ENERGY_COLUMNS,
     ENERGY_FIGURES,
     NO_ENERGY,
+    energy_columns,
     energy_sums,
     named_energy_sql,
     summed,
@@ -185,11 +183,31 @@ def _usage_sql(
         columns=", ".join(columns),
         covered="coalesce(covered, 0)" if with_covered else "0",
         # Rows only one side of the FULL JOIN has: no energy rather than NULL.
-        energy=", ".join(f"coalesce({c}, 0)" if i < 4 else c for i, c in enumerate(ENERGY_COLUMNS)),
+        energy=", ".join(
+            f"coalesce({c}, 0)" if i < 4 else c for i, c in enumerate(energy_columns(rated))
+        ),
         covered_join=f"FULL JOIN covered USING ({', '.join(columns)})" if with_covered else "",
         order_joins="\n".join(joins),
         order=", ".join(order),
     )
+
+
+KEY_COLUMN = {"user": "linux_user", "team": "team", "host": "host_id", "gpu": "gpu_id"}
+
+
+def _alone(value: object) -> tuple[object, ...]:
+    return (value,)
+
+
+def _named(table: dict[int, dict[str, Any]], key: str) -> Callable[[int], tuple[Any, ...]]:
+    """A host's or GPU's key fields by id (as key_values finds them)."""
+    gone = tuple(DELETED[key].values())
+
+    def fields(key_id: int) -> tuple[Any, ...]:
+        found = table.get(key_id)
+        return tuple(found.values()) if found else gone
+
+    return fields
 
 
 async def prepare_usage(
@@ -244,26 +262,40 @@ async def prepare_usage(
         await conn.execute("SELECT now() AT TIME ZONE %s", [window.tz_name])
     head = service.usage_head(window, keys)
 
+    # CSV: each key's cells written once (board.reports.csv_figures); with both host and
+    # gpu, the GPU's fields hold its host's.
+    key_texts: list[KeyText] = []
+    for key in keys:
+        if key in ("user", "team"):
+            key_texts.append(cached_key(position[KEY_COLUMN[key]], _alone))
+        elif key == "day":
+            key_texts.append(day_key(position["day"]))
+        elif key == "gpu" or "gpu" not in keys:
+            key_texts.append(cached_key(position[KEY_COLUMN[key]], _named(names[key], key)))
+
     def csv_lines(rows: list[tuple[Any, ...]]) -> bytes:
-        """Rows as CSV lines: the key cells made formula-safe, the figures as the text
-        the CSV writer gives their rounded values (board.reports.csv_figures)."""
+        """Rows as the lines the CSV writer gives the buffered report's rows."""
         width = len(columns)
-        built: list[list[Any]] = []
+        hours, ratio = service.hours, service.ratio
+        lines = []
         for row in rows:
             held, active, idle_held, covered, cost_n = row[width : width + 5]
-            line = [cell(v) for v in key_values(row)]
-            line += (hours_text(held), hours_text(active), hours_text(idle_held))
-            line.append(ratio_text(idle_held, held))
+            figures = [
+                f"{hours(held):.6f}",
+                f"{hours(active):.6f}",
+                f"{hours(idle_held):.6f}",
+                six(ratio(idle_held, held)),
+            ]
             if with_covered:
-                line.append(hours_text(covered))
+                figures.append(f"{hours(covered):.6f}")
             # Money with the currency's own digits ("19.22"), as statements.
-            line.append(amount_text(exact(cost_n), currency) if currency else "")
-            line.append(code or "")
-            line += energy_texts(energy_sums(row[width + 5 :]), currency)
-            built.append(line)
-        out = io.StringIO()
-        csv.writer(out, lineterminator=LINE_END).writerows(built)
-        return out.getvalue().encode()
+            figures.append(amount_text(exact(cost_n), currency) if currency else "")
+            figures.append(code or "")
+            energy = service.energy_fields(energy_sums(row[width + 5 :]), currency, text=True)
+            figures += [six(value) for value in energy]
+            keyed = ",".join([text(row) for text in key_texts])
+            lines.append(f"{keyed},{','.join(figures)}{LINE_END}")
+        return "".join(lines).encode()
 
     async def chunks() -> Chunks:
         held_total = active_total = idle_total = cost_total = 0
