@@ -248,8 +248,7 @@ def test_the_sql_scan_finds_a_planted_reference(tmp_path: Path) -> None:
     (root / "things").mkdir(parents=True)
     (root / "reader").mkdir()
     (root / "things" / "models.py").write_text(
-        '__tablename__ = "things"\nOWNED_RELATIONS = ("thing_view",)\n'
-        'Q = "SELECT 1 FROM things"\n'
+        '__tablename__ = "things"\nOWNED_RELATIONS = ("thing_view",)\nQ = "SELECT 1 FROM things"\n'
     )
     (root / "reader" / "service.py").write_text(
         '"""Reads FROM things, in prose."""\n'
@@ -308,4 +307,3 @@ def test_the_architecture_doc_lists_each_package_with_its_tables() -> None:
         if owner in rows and f"`{table}`" not in rows[owner]
     )
     assert not misplaced, f"tables not listed in their package's row: {misplaced}"
-

@@ -174,8 +174,6 @@ async def test_ingest_rebuild_and_backfill_agree(app: Any, client: Any) -> None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         assert await backfill_energy(conn) >= 1
         assert await rollup_rows(conn, ws) == incremental
-        cur = await conn.execute(
-            "SELECT energy_backfill_until FROM workspaces WHERE id = %s", [ws]
-        )
+        cur = await conn.execute("SELECT energy_backfill_until FROM workspaces WHERE id = %s", [ws])
         assert await cur.fetchone() == (None,)
         assert await backfill_energy(conn) == 0

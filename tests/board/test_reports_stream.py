@@ -276,3 +276,26 @@ async def test_client_gone_mid_body_ends_the_query_and_frees_the_slot(app, days)
             small = url.replace("to=2026-03-01", "to=2026-01-02")
             replies = await asyncio.gather(*(http.get(small, headers=auth) for _ in range(3)))
             assert [reply.status_code for reply in replies] == [200, 200, 200]
+
+
+async def test_report_statements_are_never_run_on_a_generic_plan(app, monkeypatch) -> None:
+    """A report runs its live statement once per batch on one connection: psycopg
+    prepares it after five runs, and PostgreSQL would then pick one generic plan, blind
+    to the arrays and window of each run (a 90-day per-GPU body took 8x as long on it).
+    Report transactions plan every run for its own values."""
+    monkeypatch.setattr(utilization_stream, "BATCH_ROWS", 3)
+    _, ws, _ = await _fixture(app)
+    runtime: Runtime = app.state.runtime
+    start, end, tz = WINDOWS[0]
+    window = params.parse_window(start, end, tz)
+    async with runtime.pool.connection() as conn:
+        for _ in range(3):
+            await utilization_stream.utilization_body(conn, ws, window, "gpu", "hour", "json")
+            await conn.commit()
+        cur = await conn.execute(
+            "SELECT statement, custom_plans, generic_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%AS k(id, ord, prefix)%%'"
+        )
+        prepared = await cur.fetchall()
+    assert any(custom >= 5 for _, custom, _ in prepared), prepared  # the batches were prepared
+    assert all(generic == 0 for _, _, generic in prepared), prepared
