@@ -17,6 +17,7 @@ from board.directory.models import DirectoryEntry, DirectoryTeam
 from board.enrollment.models import EnrollmentToken
 from board.health.models import GpuRetirement, MaintenanceWindow
 from board.hosts.models import Gpu, Host, HostRejection
+from board.jobs.models import ClusterHost, JobGpu, JobHourFigure, OutsideJobHour, SchedulerJob
 from board.notices.models import (
     NoticeChannel,
     NoticeDelivery,
@@ -49,6 +50,7 @@ __all__ = [
     "BudgetNotice",
     "CalendarFeedToken",
     "CarbonIntensity",
+    "ClusterHost",
     "DirectoryEntry",
     "DirectoryTeam",
     "EnergyPrice",
@@ -60,6 +62,8 @@ __all__ = [
     "HostHourRollup",
     "Host",
     "HostRejection",
+    "JobGpu",
+    "JobHourFigure",
     "MaintenanceWindow",
     "Membership",
     "NoticeChannel",
@@ -68,11 +72,13 @@ __all__ = [
     "NoticeEpisode",
     "NoticeEvent",
     "NoticeSnooze",
+    "OutsideJobHour",
     "Price",
     "Reservation",
     "ReservationGpu",
     "ReservationHourFigure",
     "ReportBody",
+    "SchedulerJob",
     "RollupDayVersion",
     "RollupDirtyDay",
     "SignInFailure",

@@ -71,6 +71,9 @@ class Gpu(Base):
     host_id: Mapped[int] = mapped_column(BigInteger)
     uuid: Mapped[str] = mapped_column(Text)
     gpu_index: Mapped[int] = mapped_column(Integer)
+    # /dev/nvidiaN's N (NVML's minor number), when the agent reports it: what a
+    # scheduler's device numbers are matched against (board.jobs).
+    minor_number: Mapped[int | None] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(Text)
     memory_total_mb: Mapped[int] = mapped_column(Integer)
     first_seen_at: Mapped[datetime] = mapped_column(

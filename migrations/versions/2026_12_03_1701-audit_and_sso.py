@@ -77,9 +77,7 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_sso_logins_expires_at"), "sso_logins", ["expires_at"], unique=False)
     op.add_column("api_tokens", sa.Column("name", sa.Text(), nullable=True))
-    op.add_column(
-        "api_tokens", sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True)
-    )
+    op.add_column("api_tokens", sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:

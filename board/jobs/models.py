@@ -1,0 +1,164 @@
+"""Scheduler jobs (docs/jobs.md): records of what a scheduler allocated, and the figures
+credited against each allocated GPU, like a booking's (board.reservations)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import TSTZRANGE, Range
+from sqlalchemy.orm import Mapped, mapped_column
+
+from board.db.base import Base
+
+
+class SchedulerJob(Base):
+    """One run of a scheduler's job. Slurm keeps a job's id through a requeue, so a run is
+    (cluster, raw id, restart count); a later record of the same run replaces this one."""
+
+    __tablename__ = "scheduler_jobs"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    id: Mapped[int] = mapped_column(BigInteger, Identity())
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    cluster: Mapped[str] = mapped_column(Text)
+    # The job's own id (squeue's job_id, the prolog's SLURM_JOB_ID): an array task's too.
+    raw_job_id: Mapped[str] = mapped_column(Text)
+    restart_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The id people know it by: `123_4` for an array task when a record said so.
+    job_id: Mapped[str] = mapped_column(Text)
+    linux_user: Mapped[str] = mapped_column(Text)
+    account: Mapped[str] = mapped_column(Text, server_default="")
+    partition: Mapped[str] = mapped_column(Text, server_default="")
+    name: Mapped[str] = mapped_column(Text, server_default="")
+    state: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    recorded_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "cluster", "raw_job_id", "restart_count"),
+        CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name="ends_after_start"),
+        Index("ix_scheduler_jobs_workspace_start", "workspace_id", "started_at"),
+        Index("ix_scheduler_jobs_workspace_user", "workspace_id", "linux_user"),
+    )
+
+
+class JobGpu(Base):
+    """One device a job was allocated on one host, by the scheduler's device number
+    (Slurm's GRES IDX). It is matched to the host's GPU when read (its minor number when
+    the agent reports one, else its index), so a GPU reported after the record matches."""
+
+    __tablename__ = "job_gpus"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    job_id: Mapped[int] = mapped_column(BigInteger)
+    host_id: Mapped[int] = mapped_column(BigInteger)
+    device: Mapped[int] = mapped_column(Integer)
+    # The job's [startedAt, endedAt) (unbounded above while it runs), copied for the index.
+    during: Mapped[Range[datetime]] = mapped_column(TSTZRANGE)
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "job_id", "host_id", "device"),
+        ForeignKeyConstraint(
+            ["workspace_id", "job_id"],
+            ["scheduler_jobs.workspace_id", "scheduler_jobs.id"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["workspace_id", "host_id"], ["hosts.workspace_id", "hosts.id"], ondelete="CASCADE"
+        ),
+        CheckConstraint("device >= 0", name="device_not_negative"),
+        # What the ingest path asks: the allocations of these hosts that end after its
+        # points (like ix_reservation_gpus_host_end).
+        Index("ix_job_gpus_host_end", "workspace_id", "host_id", text("upper(during)")),
+    )
+
+
+class ClusterHost(Base):
+    """A host some job record named: from `since` on, held time outside any job of its
+    holder counts as outsideJobGpuHours there."""
+
+    __tablename__ = "cluster_hosts"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    host_id: Mapped[int] = mapped_column(BigInteger)
+    cluster: Mapped[str] = mapped_column(Text)
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "host_id"),
+        ForeignKeyConstraint(
+            ["workspace_id", "host_id"], ["hosts.workspace_id", "hosts.id"], ondelete="CASCADE"
+        ),
+    )
+
+
+class JobHourFigure(Base):
+    """Per job, GPU and UTC hour: how the allocated time was spent (integer µs, exact to
+    un-credit), the utilization integral, and the most memory seen in use (MiB)."""
+
+    __tablename__ = "job_hour_figures"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    job_id: Mapped[int] = mapped_column(BigInteger)
+    gpu_id: Mapped[int] = mapped_column(BigInteger)
+    hour_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    host_id: Mapped[int] = mapped_column(BigInteger)
+    covered_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    active_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    idle_held_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    foreign_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    unused_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    util_pct_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    max_memory_used_mb: Mapped[int] = mapped_column(Integer, server_default="0")
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "job_id", "gpu_id", "hour_start"),
+        ForeignKeyConstraint(
+            ["workspace_id", "job_id"],
+            ["scheduler_jobs.workspace_id", "scheduler_jobs.id"],
+            ondelete="CASCADE",
+        ),
+        Index("ix_job_hour_figures_workspace_hour", "workspace_id", "hour_start"),
+    )
+
+
+class OutsideJobHour(Base):
+    """Per GPU of a cluster host, Linux user and UTC hour: the user's share of held time
+    with no job of theirs allocated on that GPU (integer µs)."""
+
+    __tablename__ = "outside_job_hours"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    gpu_id: Mapped[int] = mapped_column(BigInteger)
+    linux_user: Mapped[str] = mapped_column(Text)
+    hour_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    host_id: Mapped[int] = mapped_column(BigInteger)
+    outside_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "gpu_id", "linux_user", "hour_start"),
+        Index("ix_outside_job_hours_workspace_hour", "workspace_id", "hour_start"),
+    )
