@@ -15,6 +15,8 @@ Ends the bridge does not see (decided here, documented in docs/slurm.md):
   bridge was down, or between two polls) is closed with state `UNKNOWN_END` and
   `endedAt` = the last poll that saw it live: the board then counts no allocated time
   the bridge did not see.
+- squeue lists no GPUs for an ended job: its record carries the ones the bridge saw
+  while it ran (none when it never saw it live; the board then keeps what it knew).
 - A requeued run (the job is back with a higher restart count) is closed with state
   `REQUEUED` and `endedAt` = squeue's end_time while it completes, when that is a real
   time, else the last poll that saw it live.
@@ -193,6 +195,10 @@ class BridgeState:
             if end is not None and job.start_time <= end <= now + _CLOCK_SKEW_S:
                 live, ended_at = False, end
         record = self._record(cluster, job, ended_at)
+        if not record["allocations"] and known is not None:
+            # squeue forgets an ended job's GPUs: keep sending the ones seen while it ran
+            # (the board may not have them yet, if it was down then).
+            record["allocations"] = known.record["allocations"]
         run = known or Run(record)
         run.record, run.in_squeue = record, True
         if live:
@@ -224,7 +230,7 @@ class BridgeState:
     def _close(self, run: Run, state: str, ended_at: int | None) -> None:
         started = _seconds(run.record["startedAt"])
         end = max(started, ended_at if ended_at is not None else started)
-        run.record = {**run.record, "state": state, "endedAt": iso(end), "allocations": []}
+        run.record = {**run.record, "state": state, "endedAt": iso(end)}
 
     def _forget_done(self) -> None:
         """Drop runs gone from squeue that the board has; past MAX_RUNS, the oldest ended."""
