@@ -154,7 +154,8 @@ class BridgeState:
             self._take(cluster, job, now)
         for run in list(self.runs.values()):
             cluster, raw, _ = run.key
-            if run.is_open and (cluster, raw) not in present:
+            # squeue reporting errors may have listed only part of the jobs.
+            if run.is_open and (cluster, raw) not in present and not listing.errors:
                 self._close(run, VANISHED_STATE, run.seen_live_at)
         self._forget_done()
 
@@ -234,7 +235,8 @@ class BridgeState:
 
     def _forget_done(self) -> None:
         """Drop runs gone from squeue that the board has; past MAX_RUNS, the oldest ended."""
-        for key in [k for k, r in self.runs.items() if not r.in_squeue and not r.owed]:
+        done = [k for k, r in self.runs.items() if not (r.in_squeue or r.owed or r.is_open)]
+        for key in done:
             del self.runs[key]
         excess = len(self.runs) - MAX_RUNS
         if excess > 0:

@@ -34,10 +34,12 @@ class Squeue:
         self.jobs = jobs
         self.fail: str | None = None
 
+        self.errors: list[dict[str, str]] = []
+
     def __call__(self) -> SqueueListing:
         if self.fail:
             raise SqueueError(self.fail)
-        return parse_squeue(json.dumps({"jobs": self.jobs}).encode())
+        return parse_squeue(json.dumps({"jobs": self.jobs, "errors": self.errors}).encode())
 
     def job(self, raw: int) -> dict[str, Any]:
         return next(j for j in self.jobs if j["job_id"] == raw)
@@ -282,6 +284,20 @@ def test_squeue_failing_changes_nothing(
     assert not bridge.poll()
     assert bridge.post() == 0
     assert len(board.received) == 1  # no job was taken for vanished
+
+
+def test_a_listing_with_errors_takes_no_job_for_vanished(
+    bridge: Bridge, board: FakeBoard, squeue: Squeue, clock: Clock
+) -> None:
+    step(bridge, clock, 0)
+    squeue.drop(198002)
+    squeue.errors = [{"error": "partial answer"}]
+    step(bridge, clock)
+    assert len(board.received) == 1
+    squeue.errors = []
+    step(bridge, clock)
+    [closed] = posted(board, 1)
+    assert (closed["rawJobId"], closed["state"]) == ("198002", "UNKNOWN_END")
 
 
 def test_a_cpu_only_job_is_not_sent(
