@@ -32,6 +32,8 @@ from agent.nvml import NvmlCollector, load_nvml, probe_driver_version
 from agent.payload import HostIdentity
 from agent.runner import Collector, Runner, take_snapshot
 from agent.sender import HostRevoked, Sender
+from agent.slurm_bridge import add_parser as add_slurm_bridge_parser
+from agent.slurm_bridge import cmd_slurm_bridge
 from agent.spool import DEFAULT_MAX_AGE, DEFAULT_MAX_BYTES, Spool
 from agent.stream import UtilStreamer
 from agent.units import format_duration, parse_duration, parse_size
@@ -175,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                 dest="stream",
                 help="do not stream utilization every second for the board's live graphs",
             )
+    add_slurm_bridge_parser(sub, _duration)
     return parser
 
 
@@ -193,6 +196,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.command == "enroll":
             return cmd_enroll(args)
+        if args.command == "slurm-bridge":
+            return cmd_slurm_bridge(args)
         return cmd_push(args)
     except ConfigError as exc:
         print(f"gua-agent: {scrub(str(exc))}", file=sys.stderr)
