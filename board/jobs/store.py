@@ -94,10 +94,69 @@ async def load_job_gpus(
         return [], {}
     cur = await conn.execute(_JOB_GPUS, _span_arrays(spans))
     ranges = job_gpu_ranges(await cur.fetchall())
-    cur = await conn.execute(
-        _CLUSTER_HOSTS, [int_array(s[0] for s in spans), int_array(s[1] for s in spans)]
+    return ranges, await load_cluster_since(
+        conn, workspace_id=spans[0][0], host_ids=[s[1] for s in spans]
     )
-    return ranges, {int(host): since for host, since in await cur.fetchall()}
+
+
+async def load_cluster_since(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, host_ids: Iterable[int]
+) -> dict[int, datetime]:
+    """Which of the hosts are cluster hosts, and since when."""
+    hosts = sorted(set(host_ids))
+    cur = await conn.execute(
+        _CLUSTER_HOSTS, [int_array([workspace_id] * len(hosts)), int_array(hosts)]
+    )
+    return {int(host): since for host, since in await cur.fetchall()}
+
+
+_RUN_GPUS = """
+    SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, lower(jg.during), upper(jg.during),
+           j.linux_user
+    FROM unnest(%s::text[], %s::text[], %s::int[]) AS k(cluster, raw_job_id, restart_count)
+    JOIN scheduler_jobs j ON j.workspace_id = %s AND j.cluster = k.cluster
+                         AND j.raw_job_id = k.raw_job_id AND j.restart_count = k.restart_count
+    JOIN job_gpus jg ON jg.workspace_id = j.workspace_id AND jg.job_id = j.id
+    JOIN gpus g ON g.workspace_id = jg.workspace_id AND g.host_id = jg.host_id
+               AND coalesce(g.minor_number, g.gpu_index) = jg.device
+"""
+_RUN_HOSTS = """
+    SELECT DISTINCT jg.host_id
+    FROM unnest(%s::text[], %s::text[], %s::int[]) AS k(cluster, raw_job_id, restart_count)
+    JOIN scheduler_jobs j ON j.workspace_id = %s AND j.cluster = k.cluster
+                         AND j.raw_job_id = k.raw_job_id AND j.restart_count = k.restart_count
+    JOIN job_gpus jg ON jg.workspace_id = j.workspace_id AND jg.job_id = j.id
+"""
+RunKey = tuple[str, str, int]  # (cluster, raw job id, restart count)
+
+
+def _run_params(workspace_id: int, runs: Sequence[RunKey]) -> list[Any]:
+    return [
+        text_array(r[0] for r in runs),
+        text_array(r[1] for r in runs),
+        int_array(r[2] for r in runs),
+        workspace_id,
+    ]
+
+
+async def load_run_gpus(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, runs: Sequence[RunKey]
+) -> list[JobGpuRange]:
+    """The GPUs of these runs as stored now (matched to the hosts' GPUs)."""
+    if not runs:
+        return []
+    cur = await conn.execute(_RUN_GPUS, _run_params(workspace_id, runs))
+    return job_gpu_ranges(await cur.fetchall())
+
+
+async def load_run_hosts(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, runs: Sequence[RunKey]
+) -> set[int]:
+    """The hosts these runs hold devices on now."""
+    if not runs:
+        return set()
+    cur = await conn.execute(_RUN_HOSTS, _run_params(workspace_id, runs))
+    return {int(row[0]) for row in await cur.fetchall()}
 
 
 class PendingJobs:
