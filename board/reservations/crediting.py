@@ -5,10 +5,11 @@ which intervals count, judged by which maxSampleGap, cut at which hours, taken b
 when a late point splits one), and an `AllocationDelta` (board.rollups.allocated: the
 clipping and the slots, shared with scheduler jobs); it says only where a piece of a
 reserved GPU's time goes. The ingest path (each new interval, and the re-split of one
-an out-of-order point lands in), a change of a booking (credit the difference) and the rebuild from raw
-samples all credit through it, so they cannot disagree. Like the hourly rollups, every
-figure is integer microseconds, so un-crediting is the exact inverse of crediting and
-the figures do not depend on the order in which observations or bookings arrive.
+an out-of-order point lands in), a change of a booking (credit the difference) and the
+rebuild from raw samples all credit through it, so they cannot disagree. Like the
+hourly rollups, every figure is integer microseconds, so un-crediting is the exact
+inverse of crediting and the figures do not depend on the order in which observations
+or bookings arrive.
 
 For each reserved GPU, each observed interval piece inside a booking (intervals are cut
 at the booking's start and end, and at hour boundaries) is exactly one of:

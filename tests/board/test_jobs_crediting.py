@@ -197,7 +197,8 @@ async def test_rebuild_from_raw_gives_what_ingest_and_records_credited(app, clie
     await record(app, ws, job("109", s, midnight + 10 * MINUTE, {h: (0, 1)}))
     await record(app, ws, job("110", midnight, None, {h: (2,)}, user="bob"))
     credited = (await job_figures(app, ws), await outside_hours(app, ws))
-    assert credited[0] and credited[1]
+    assert credited[0]
+    assert credited[1]
     async with await connect(app) as conn:
         async with conn.transaction():
             await rebuild_hours(conn, ws, midnight - 2 * HOUR, midnight + 2 * HOUR)
