@@ -24,6 +24,7 @@ credits the new one over the range where they differ.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from board.rollups.allocated import OPEN_END_US, AllocationDelta
@@ -84,14 +85,15 @@ class JobGpuRange:
 @dataclass
 class OutsideView:
     """What held time outside jobs is judged against: the cluster hosts with their
-    `since` (µs), and the ranges of every job on their GPUs by (GPU, Linux user)."""
+    `since` (µs), and the ranges of every job on their GPUs by (GPU, Linux user), each
+    list in start order."""
 
     since: dict[int, int] = field(default_factory=dict)  # host id -> since
     ranges: dict[tuple[int, str], list[tuple[int, int]]] = field(default_factory=dict)
 
     def add(self, job_gpu: JobGpuRange) -> None:
         key = (job_gpu.gpu_id, job_gpu.linux_user)
-        self.ranges.setdefault(key, []).append((job_gpu.start_us, job_gpu.end_us))
+        bisect.insort(self.ranges.setdefault(key, []), (job_gpu.start_us, job_gpu.end_us))
 
     def outside_us(self, gpu_id: int, user: str, lo: int, hi: int) -> int:
         """How much of [lo, hi) no job of `user` on the GPU covers (overlaps once)."""
@@ -100,7 +102,7 @@ class OutsideView:
             return hi - lo
         covered = 0
         cursor = lo
-        for start, end in sorted(ranges):
+        for start, end in ranges:  # in start order
             start, end = max(start, cursor), min(end, hi)
             if start < end:
                 covered += end - start
