@@ -1,7 +1,7 @@
 """Ingest benchmark: the real board (2 uvicorn workers) on a real PostgreSQL, many agents.
 
     .venv/bin/python bench/ingest.py [--hosts 300] [--seconds 20] [--concurrency 96]
-                                     [--bookings]
+                                     [--bookings] [--jobs]
 
 What it does:
 1. creates a scratch database on GUA_BOARD_DATABASE_URL's server (else the local
@@ -24,6 +24,12 @@ observation per host is stored, so nothing needs re-crediting), so the load fall
 hours wholly inside them, as 22 of a day-long booking's 24 hours do. With
 --bookings-edge they start this minute instead: the load falls in each booking's partial
 first hour (a figure row per booked GPU and hour, the worst case).
+
+--jobs: before the load, each host reports once, then a running scheduler job (one per
+GPU, started at the previous whole hour, the host a cluster host since then) holds each
+of its GPUs, so every batch credits job figures and the time outside jobs too. The jobs
+are written in the database directly (as board.jobs.recording would; only one
+observation per host is stored, so nothing needs re-crediting).
 
 The load generator is one process (asyncio on uvloop when installed, a minimal keep-alive
 HTTP/1.1 client; `--client httpx` to compare), because the machine is small and shared with
@@ -459,6 +465,50 @@ async def start_bookings_an_hour_back(url: str) -> None:
         await conn.execute(f"UPDATE reservation_gpus SET during = {moved}")
 
 
+_JOBS_AN_HOUR_BACK = """
+    INSERT INTO scheduler_jobs (workspace_id, public_id, cluster, raw_job_id, job_id,
+        linux_user, state, started_at)
+    SELECT g.workspace_id, gen_random_uuid(), 'bench', g.id::text, g.id::text, 'alice',
+           'RUNNING', date_trunc('hour', now()) - interval '1 hour'
+    FROM gpus g;
+    INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during)
+    SELECT j.workspace_id, j.id, g.host_id, g.gpu_index, tstzrange(j.started_at, NULL)
+    FROM scheduler_jobs j JOIN gpus g ON g.id::text = j.raw_job_id;
+    INSERT INTO cluster_hosts (workspace_id, host_id, cluster, since)
+    SELECT workspace_id, id, 'bench', date_trunc('hour', now()) - interval '1 hour' FROM hosts;
+"""
+
+
+async def report_once(base_url: str, agents: list[Agent]) -> int:
+    """--jobs: each host reports once (its GPUs become known); the pushes stored."""
+    gate = asyncio.Semaphore(8)
+    async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as client:
+
+        async def one(agent: Agent) -> None:
+            async with gate:
+                pushed = await client.post(
+                    "/agent/v1/observations",
+                    content=agent.next_body(),
+                    headers={
+                        "Authorization": f"Bearer {agent.token}",
+                        "Content-Type": "application/json",
+                    },
+                )
+                if pushed.status_code != 202:
+                    raise RuntimeError(f"first push: {pushed.status_code} {pushed.text}")
+
+        await asyncio.gather(*(one(a) for a in agents))
+    return len(agents)
+
+
+async def run_jobs_on_every_gpu(url: str) -> None:
+    """--jobs: a running job on each GPU, from the previous whole hour (see the docstring)."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        for statement in _JOBS_AN_HOUR_BACK.split(";"):
+            if statement.strip():
+                await conn.execute(statement)
+
+
 async def enroll_hosts(base_url: str, admin_token: str, count: int) -> list[Agent]:
     """Each host the way an admin and an agent do it: issue a token (REST), claim it."""
     admin = {"Authorization": f"Bearer {admin_token}"}
@@ -558,10 +608,22 @@ def bench_board(url: str, args: argparse.Namespace, log_dir: Path) -> LoadResult
             if not args.bookings_edge:
                 run(start_bookings_an_hour_back(url))
             print(f"booked all GPUs of {made} hosts for a day", file=sys.stderr)
+        if args.jobs:
+            if not made:
+                made = run(report_once(server.base_url, agents))
+            run(run_jobs_on_every_gpu(url))
+            print(f"a running job on every GPU of {len(agents)} hosts", file=sys.stderr)
         result = measure(server, agents, args, url)
         result.accepted_total += made  # each booked host's first push is stored too
         # Before the board stops: a 202 must mean the rows are already committed.
         result.durable = count_rows(url)
+        if args.jobs:
+            with psycopg.connect(url, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT count(*), coalesce(sum(covered_us), 0)::bigint FROM job_hour_figures"
+                ).fetchone()
+            assert row is not None
+            print(f"job figures: {row[0]} rows, {row[1] / 3.6e9:.2f} GPU-hours", file=sys.stderr)
         if server.proc.poll() is not None:
             raise RuntimeError(f"the board died during the run:\n{server.log_tail()}")
         return result
@@ -673,6 +735,11 @@ def main(argv: list[str] | None = None) -> int:
         "--bookings-edge",
         action="store_true",
         help="as --bookings, but the load falls in each booking's partial first hour",
+    )
+    parser.add_argument(
+        "--jobs",
+        action="store_true",
+        help="a running scheduler job on every GPU (job figures credited per batch)",
     )
     args = parser.parse_args(argv)
     if args.concurrency > args.hosts:

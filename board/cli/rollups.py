@@ -62,7 +62,8 @@ async def _rebuild(args: argparse.Namespace, url: str) -> int:
             f"rebuilt {args.workspace} from {start.isoformat()} to {end.isoformat()}: "
             f"{total.observations} observations on {total.hosts} hosts, "
             f"{total.gpu_rows} GPU-hour and {total.user_rows} user-hour rows, "
-            f"{figures.rows} reservation-hour rows and {figures.booked_hours} booked GPU hours\n"
+            f"{figures.rows} reservation-hour rows and {figures.booked_hours} booked GPU hours, "
+            f"{figures.job_rows} job-hour and {figures.outside_rows} outside-job hour rows\n"
         )
         return 0
 

@@ -3,7 +3,8 @@
 A batch goes through these phases, in order:
 
 1. lock: the batch's hosts, in key order (board.ingest.hostlock), revocation re-checked,
-   and in the same round trip the bookings in force around the batch's points;
+   and in the same round trip the bookings and job GPUs in force around the batch's
+   points;
 2. classify: each observation to its host's pending list, or revoked;
 3. dedupe: repeats inside the batch, then points stored already (only points not newer
    than their host's newest observation look up their stored neighbourhood);
@@ -50,6 +51,8 @@ from board.ingest.state_since import (
     new_ticks_by_host,
     write_restated,
 )
+from board.jobs.crediting import JobDelta
+from board.jobs.store import ask_batch_jobs, upsert_job_delta
 from board.reservations.crediting import ReservationDelta
 from board.reservations.store import (
     HostSpan,
@@ -161,11 +164,17 @@ async def _store(
     keys = sorted({(o.workspace_id, o.host_id) for o in observations})
     touched: list[GpuKey] = []
     try:
-        async with conn.pipeline():  # BEGIN travels with the lock, and the bookings read
-            bookings = await ask_batch_bookings(conn, _batch_spans(observations))
+        # BEGIN travels with the lock, and the reads of the bookings and job GPUs
+        async with conn.pipeline():
+            spans = _batch_spans(observations)
+            bookings = await ask_batch_bookings(conn, spans)
+            job_gpus = await ask_batch_jobs(conn, spans)
             hosts = await lock_batch_hosts(conn, keys)
             booked = await bookings.delta()
-        return await _write_locked(conn, observations, hosts, gpu_cache, touched, prepared, booked)
+            jobs = await job_gpus.delta()
+        return await _write_locked(
+            conn, observations, hosts, gpu_cache, touched, prepared, booked, jobs
+        )
     except BaseException:
         for key in touched:  # their rows were rolled back (or may have been)
             gpu_cache.pop(key, None)
@@ -181,6 +190,7 @@ async def _write_locked(
     touched: list[GpuKey],
     prepared: Callable[[], None] | None,
     booked: ReservationDelta,
+    jobs: JobDelta,
 ) -> list[Outcome | TooManyGpus]:
     batch = _classify(observations, hosts)
     _drop_batch_duplicates(batch)
@@ -191,7 +201,7 @@ async def _write_locked(
         batch.settle(i, too_many)
     fresh = batch.to_store()
     groups, newest = _group(batch, neighbours, gpu_cache)
-    delta = await _credit(conn, groups, booked)
+    delta = await _credit(conn, groups, booked, jobs)
     kept = await keep_state_since(conn, new_ticks_by_host(groups))
     if prepared is not None:
         prepared()
@@ -202,6 +212,7 @@ async def _write_locked(
             # A booking's hours wholly inside it ride on the GPU-hour rows (no extra row).
             await upsert_rollup_delta(conn, workspace_of_host, delta, booked.booked)
             await upsert_figures(conn, booked)
+            await upsert_job_delta(conn, jobs, workspace_of_host)
             await _advance_newest(conn, newest, kept)
             await write_restated(conn, kept)
         await conn.commit()
@@ -291,10 +302,14 @@ def _group(
 
 
 async def _credit(
-    conn: psycopg.AsyncConnection[Any], groups: list[_IntervalGroup], booked: ReservationDelta
+    conn: psycopg.AsyncConnection[Any],
+    groups: list[_IntervalGroup],
+    booked: ReservationDelta,
+    jobs: JobDelta,
 ) -> RollupDelta:
     """Every group's interval changes in one delta, and the same changes to the figures
-    of the bookings they fall in (`booked`, board.reservations.crediting).
+    of the bookings they fall in (`booked`, board.reservations.crediting) and of the
+    jobs' GPUs and the time outside jobs (`jobs`, board.jobs.crediting).
 
     The usual opener is the host's newest tick, on its row; any other is read back from
     the raw samples (one round trip for the batch, only when there is one). The bookings
@@ -314,6 +329,7 @@ async def _credit(
         opener = _opener(group, stored_ticks)
         delta.credit_insertion(opener, group.ticks, after_us, group.host.gaps)
         booked.credit_insertion(opener, group.ticks, after_us, group.host.gaps)
+        jobs.credit_insertion(opener, group.ticks, after_us, group.host.gaps)
     return delta
 
 

@@ -2,12 +2,14 @@
 
 A `ReservationDelta` is a target of the one crediting rule (board.rollups.crediting:
 which intervals count, judged by which maxSampleGap, cut at which hours, taken back how
-when a late point splits one); it says only where a piece of a reserved GPU's time
-goes. The ingest path (each new interval, and the re-split of one an out-of-order point
-lands in), a change of a booking (credit the difference) and the rebuild from raw
-samples all credit through it, so they cannot disagree. Like the hourly rollups, every
-figure is integer microseconds, so un-crediting is the exact inverse of crediting and
-the figures do not depend on the order in which observations or bookings arrive.
+when a late point splits one), and an `AllocationDelta` (board.rollups.allocated: the
+clipping and the slots, shared with scheduler jobs); it says only where a piece of a
+reserved GPU's time goes. The ingest path (each new interval, and the re-split of one
+an out-of-order point lands in), a change of a booking (credit the difference) and the
+rebuild from raw samples all credit through it, so they cannot disagree. Like the
+hourly rollups, every figure is integer microseconds, so un-crediting is the exact
+inverse of crediting and the figures do not depend on the order in which observations
+or bookings arrive.
 
 For each reserved GPU, each observed interval piece inside a booking (intervals are cut
 at the booking's start and end, and at hour boundaries) is exactly one of:
@@ -26,15 +28,35 @@ un-crediting route alike, so they stay exact inverses in either place.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from board.rollups.crediting import HOUR_US, Tick, billed_users, credit_insertion
-from board.rollups.gaps import GapSchedule
+from board.rollups.allocated import (
+    COVERED,
+    MINE_ACTIVE,
+    MINE_IDLE,
+    OTHERS,
+    UNUSED,
+    AllocationDelta,
+    classify,
+)
+from board.rollups.crediting import HOUR_US
 
-# The sums kept per booking, GPU and hour, in the order of a ReservationDelta row.
+__all__ = [
+    "CONFLICT",
+    "COVERED",
+    "FIGURE_COLUMNS",
+    "IDLE_HELD",
+    "UNUSED",
+    "USED",
+    "Booking",
+    "ReservationDelta",
+    "classify",
+]
+
+# The sums kept per booking, GPU and hour, in the order of a ReservationDelta row (the
+# shared slots of board.rollups.allocated, under a reservation's names).
 FIGURE_COLUMNS = ("covered_us", "used_us", "idle_held_us", "conflict_us", "unused_us")
-COVERED, USED, IDLE_HELD, CONFLICT, UNUSED = range(len(FIGURE_COLUMNS))
+USED, IDLE_HELD, CONFLICT = MINE_ACTIVE, MINE_IDLE, OTHERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,74 +71,41 @@ class Booking:
     linux_users: frozenset[str]
 
 
-def classify(state: str, holders: tuple[str, ...], linux_users: frozenset[str]) -> int:
-    """The slot one interval piece of a reserved GPU counts in."""
-    users = billed_users(state, holders)
-    if not users:
-        return UNUSED
-    if linux_users.intersection(users):
-        # The reserver's own process: working if the card is busy, else sitting held.
-        return USED if state == "active" else IDLE_HELD
-    return CONFLICT
-
-
 FigureKey = tuple[int, int, int]  # (reservation_id, gpu_id, hour start in µs)
 BookedHourKey = tuple[int, int, int]  # (host_id, gpu_id, hour start in µs): a GPU-hour row
 
 
-@dataclass
-class ReservationDelta:
+class ReservationDelta(AllocationDelta[Booking]):
     """Changes to the figures, summed before they are written: `figures` for a booking's
     partial first and last hours (reservation_hour_figures), `booked` for the hours wholly
     inside it (the GPU-hour rollup rows' booked_* sums)."""
 
-    # The bookings in force, by GPU id, and the sign each is credited with (a change of
-    # a booking un-credits its old range and credits its new one in one pass).
-    bookings: dict[int, list[tuple[Booking, int]]] = field(default_factory=dict)
-    figures: dict[FigureKey, list[int]] = field(default_factory=dict)
-    booked: dict[BookedHourKey, list[int]] = field(default_factory=dict)
-    workspace_of: dict[int, int] = field(default_factory=dict)  # reservation id -> workspace
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[FigureKey, list[int]] = {}
+        self.booked: dict[BookedHourKey, list[int]] = {}
+        self.workspace_of: dict[int, int] = {}  # reservation id -> workspace
+
+    @property
+    def bookings(self) -> dict[int, list[tuple[Booking, int]]]:
+        return self.allocations
 
     def add_booking(self, booking: Booking, sign: int = 1) -> None:
-        self.bookings.setdefault(booking.gpu_id, []).append((booking, sign))
+        self.add_allocation(booking, sign)
         self.workspace_of[booking.reservation_id] = booking.workspace_id
 
-    def credit_piece(
-        self, opener: Tick, hour_us: int, start_us: int, end_us: int, sign: int
-    ) -> None:
-        """Each reserved GPU's piece, clipped to each of its bookings, to its slot."""
-        for g in opener.gpus:
-            booked = self.bookings.get(g.gpu_id)
-            if not booked:
-                continue
-            for booking, booking_sign in booked:
-                lo = max(start_us, booking.start_us)
-                hi = min(end_us, booking.end_us)
-                if lo >= hi:
-                    continue
-                if booking.start_us <= hour_us and hour_us + HOUR_US <= booking.end_us:
-                    row = self.booked.get((opener.host_id, g.gpu_id, hour_us))
-                    if row is None:
-                        row = self.booked[(opener.host_id, g.gpu_id, hour_us)] = [0] * 5
-                else:
-                    row = self.figures.get((booking.reservation_id, g.gpu_id, hour_us))
-                    if row is None:
-                        row = self.figures[(booking.reservation_id, g.gpu_id, hour_us)] = [0] * 5
-                signed = sign * booking_sign * (hi - lo)
-                row[COVERED] += signed
-                row[classify(g.state, g.holders, booking.linux_users)] += signed
-
-    def credit_insertion(
-        self, before: Tick | None, new: Sequence[Tick], after_us: int | None, gaps: GapSchedule
-    ) -> None:
-        """New observations between two stored ones (board.rollups.crediting's
-        `credit_insertion`); nothing to do for hosts with no booking around them."""
-        if self.bookings:
-            credit_insertion(self, before, new, after_us, gaps)
-
-    def credit_series(self, ticks: Sequence[Tick], gaps: GapSchedule) -> None:
-        """A stretch of a host's history in time order (booking changes, rebuilds)."""
-        self.credit_insertion(None, ticks, None, gaps)
+    def row(self, allocation: Booking, host_id: int, gpu_id: int, hour_us: int) -> list[int]:
+        """An hour wholly inside the booking: its GPU-hour row; a partial one: a figure row."""
+        if allocation.start_us <= hour_us and hour_us + HOUR_US <= allocation.end_us:
+            row = self.booked.get((host_id, gpu_id, hour_us))
+            if row is None:
+                row = self.booked[(host_id, gpu_id, hour_us)] = [0] * 5
+            return row
+        key = (allocation.reservation_id, gpu_id, hour_us)
+        row = self.figures.get(key)
+        if row is None:
+            row = self.figures[key] = [0] * 5
+        return row
 
     def keep_hours(self, start_us: int, end_us: int) -> None:
         """Only the hours in [start, end): the rest was replayed only to cut intervals."""

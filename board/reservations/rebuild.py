@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from board.hosts.locks import lock_hosts
+from board.jobs.rebuild import rebuild_job_figures
 from board.reservations.store import HostSpan, load_bookings, write_figures
 from board.rollups.crediting import to_us
 from board.rollups.gaps import load_schedule
@@ -44,11 +45,15 @@ class FigureRebuild:
     hosts: int = 0  # booked hosts replayed
     rows: int = 0  # reservation-hour figure rows written (a booking's partial hours)
     booked_hours: int = 0  # GPU-hour rows given booked sums (hours wholly inside one)
+    job_rows: int = 0  # job-hour figure rows (board.jobs.rebuild, replayed alongside)
+    outside_rows: int = 0  # outside-job hour rows
 
     def add(self, other: FigureRebuild) -> None:
         self.hosts = max(self.hosts, other.hosts)
         self.rows += other.rows
         self.booked_hours += other.booked_hours
+        self.job_rows += other.job_rows
+        self.outside_rows += other.outside_rows
 
 
 async def rebuild_figures(
@@ -95,11 +100,14 @@ async def rebuild_figures(
 async def rebuild_hours(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, from_: datetime, to: datetime
 ) -> tuple[RebuildResult, FigureRebuild]:
-    """The rollups and then the booking figures of the UTC hours in [from_, to), replayed
-    from raw in the caller's transaction: the rollups' rebuild re-inserts the GPU-hour
-    rows, whose booked sums only the figures' rebuild writes again, so the two always go
-    together (a re-judged maxSampleGap, the energy back-fill, `gua-board rollups rebuild`).
+    """The rollups, the booking figures and the job figures (board.jobs.rebuild) of the
+    UTC hours in [from_, to), replayed from raw in the caller's transaction: the rollups'
+    rebuild re-inserts the GPU-hour rows, whose booked sums only the figures' rebuild
+    writes again, so they always go together (a re-judged maxSampleGap, the energy
+    back-fill, `gua-board rollups rebuild`).
     """
     rollups = await rebuild(conn, workspace_id, from_, to)
     figures = await rebuild_figures(conn, workspace_id, from_, to)
+    jobs = await rebuild_job_figures(conn, workspace_id, from_, to)
+    figures.job_rows, figures.outside_rows = jobs.figure_rows, jobs.outside_rows
     return rollups, figures

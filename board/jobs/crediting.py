@@ -1,0 +1,181 @@
+"""How a job's GPU time is counted (accounting.md, "Scheduler jobs"; docs/jobs.md).
+
+A `JobDelta` is a target of the one crediting rule (board.rollups.crediting) and an
+`AllocationDelta` (board.rollups.allocated: clipping to each allocated GPU's range and
+the four slots, the same code a reservation's figures use): each observed interval piece
+of a job's GPU inside [startedAt, endedAt) (until the newest observation while it runs)
+is active, idleHeld, foreign or unused, kept per (job, GPU, UTC hour) with the
+utilization integral and the most memory in use.
+
+Memory is a maximum, not a sum: crediting a piece raises it to the opener's memory in
+use (GREATEST on upsert), un-crediting does not lower it. So after an end time moves
+earlier, or a late observation re-cuts an interval at the job's edge, it may still hold
+a sample that no longer opens a credited piece; `gua-board rollups rebuild` recomputes
+it. Every other figure is integer µs and exact to un-credit.
+
+Outside any job (`outside_job_hours`): on a host of `cluster_hosts`, from its `since`
+on, each billed user's share of a held piece (the split of the user-hour rollups:
+piece // number of users) less the part of it covered by an allocation of one of their
+own jobs on that GPU. That is not a sum over allocations (two jobs of one user may
+overlap), so it is credited against an `OutsideView` (every allocation in force on the
+hosts, and their `since`) as a whole: a record change un-credits the old view and
+credits the new one over the range where they differ.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from board.rollups.allocated import OPEN_END_US, AllocationDelta
+from board.rollups.crediting import GpuTick, Tick
+
+# The sums kept per job, GPU and hour, in the order of a JobDelta row.
+FIGURE_COLUMNS = (
+    "covered_us",
+    "active_us",
+    "idle_held_us",
+    "foreign_us",
+    "unused_us",
+    "util_pct_us",
+    "max_memory_used_mb",
+)
+_UTIL, _MAX_MEMORY = 5, 6
+
+
+@dataclass(frozen=True, slots=True)
+class JobGpuRange:
+    """One GPU of one job run, as the crediting needs it: [start, end) in µs (end
+    OPEN_END_US while it runs), and the run's Linux user."""
+
+    workspace_id: int
+    job_id: int
+    host_id: int
+    gpu_id: int
+    start_us: int
+    end_us: int
+    linux_user: str
+
+    @property
+    def linux_users(self) -> frozenset[str]:
+        return frozenset((self.linux_user,))
+
+    @classmethod
+    def of(
+        cls,
+        workspace_id: int,
+        job_id: int,
+        host_id: int,
+        gpu_id: int,
+        start_us: int,
+        end_us: int | None,
+        linux_user: str,
+    ) -> JobGpuRange:
+        return cls(
+            workspace_id,
+            job_id,
+            host_id,
+            gpu_id,
+            start_us,
+            OPEN_END_US if end_us is None else end_us,
+            linux_user,
+        )
+
+
+@dataclass
+class OutsideView:
+    """What held time outside jobs is judged against: the cluster hosts with their
+    `since` (µs), and the ranges of every job on their GPUs by (GPU, Linux user), each
+    list in start order."""
+
+    since: dict[int, int] = field(default_factory=dict)  # host id -> since
+    ranges: dict[tuple[int, str], list[tuple[int, int]]] = field(default_factory=dict)
+
+    def add(self, job_gpu: JobGpuRange) -> None:
+        key = (job_gpu.gpu_id, job_gpu.linux_user)
+        bisect.insort(self.ranges.setdefault(key, []), (job_gpu.start_us, job_gpu.end_us))
+
+    def outside_us(self, gpu_id: int, user: str, lo: int, hi: int) -> int:
+        """How much of [lo, hi) no job of `user` on the GPU covers (overlaps once)."""
+        ranges = self.ranges.get((gpu_id, user))
+        if not ranges:
+            return hi - lo
+        covered = 0
+        cursor = lo
+        for start, end in ranges:  # in start order
+            start, end = max(start, cursor), min(end, hi)
+            if start < end:
+                covered += end - start
+                cursor = end
+        return hi - lo - covered
+
+
+JobFigureKey = tuple[int, int, int]  # (job id, gpu id, hour start in µs)
+OutsideKey = tuple[int, str, int]  # (gpu id, linux user, hour start in µs)
+
+
+class JobDelta(AllocationDelta[JobGpuRange]):
+    """Changes to job_hour_figures (`figures`) and outside_job_hours (`outside`), summed
+    before they are written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[JobFigureKey, list[int]] = {}
+        self.outside: dict[OutsideKey, list[int]] = {}
+        self.views: list[tuple[OutsideView, int]] = []
+        self.workspace_of_job: dict[int, int] = {}
+        self.host_of_gpu: dict[int, int] = {}
+
+    def add_job_gpu(self, job_gpu: JobGpuRange, sign: int = 1) -> None:
+        self.add_allocation(job_gpu, sign)
+        self.workspace_of_job[job_gpu.job_id] = job_gpu.workspace_id
+
+    def add_view(self, view: OutsideView, sign: int = 1) -> None:
+        """Judge held time outside jobs against `view` (with `sign`: -1 takes it back)."""
+        if view.since:
+            self.views.append((view, sign))
+
+    def row(self, allocation: JobGpuRange, host_id: int, gpu_id: int, hour_us: int) -> list[int]:
+        key = (allocation.job_id, gpu_id, hour_us)
+        row = self.figures.get(key)
+        if row is None:
+            row = self.figures[key] = [0] * len(FIGURE_COLUMNS)
+            self.host_of_gpu[gpu_id] = host_id
+        return row
+
+    def add_more(self, row: list[int], gpu: GpuTick, signed_us: int) -> None:
+        row[_UTIL] += gpu.util_pct * signed_us
+        if signed_us > 0 and gpu.memory_used_mb > row[_MAX_MEMORY]:
+            row[_MAX_MEMORY] = gpu.memory_used_mb
+
+    def wants_pieces(self) -> bool:
+        return bool(self.allocations or self.views)
+
+    def credit_piece(
+        self, opener: Tick, hour_us: int, start_us: int, end_us: int, sign: int
+    ) -> None:
+        super().credit_piece(opener, hour_us, start_us, end_us, sign)
+        host = opener.host_id
+        for view, view_sign in self.views:
+            since = view.since.get(host)
+            if since is None or end_us <= since:
+                continue
+            lo = max(start_us, since)
+            for g in opener.gpus:
+                # billed_users(g.state, g.holders), inlined; idle time is nobody's.
+                users = g.holders or (("unknown",) if g.state != "idle" else ())
+                for user in users:
+                    share = view.outside_us(g.gpu_id, user, lo, end_us) // len(users)
+                    if not share:
+                        continue
+                    key = (g.gpu_id, user, hour_us)
+                    row = self.outside.get(key)
+                    if row is None:
+                        row = self.outside[key] = [0]
+                        self.host_of_gpu[g.gpu_id] = host
+                    row[0] += sign * view_sign * share
+
+    def keep_hours(self, start_us: int, end_us: int) -> None:
+        """Only the hours in [start, end): the rest was replayed only to cut intervals."""
+        self.figures = {k: v for k, v in self.figures.items() if start_us <= k[2] < end_us}
+        self.outside = {k: v for k, v in self.outside.items() if start_us <= k[2] < end_us}

@@ -1,0 +1,66 @@
+"""Rebuilding the job figures and the time outside jobs from raw samples.
+
+Called by board.reservations.rebuild.rebuild_hours after the rollups and the booking
+figures (`gua-board rollups rebuild`, a re-judged maxSampleGap, the energy back-fill),
+in the caller's transaction. Each host with a job GPU in the window, or that is a
+cluster host, has its stored observations (maxSampleGap beyond the window too, so an
+interval crossing its edge is cut where ingest cut it) replayed through the JobDelta the
+ingest path credits with; only hours inside the window are kept. Memory maxima come out
+as the samples now opening credited pieces say (board.jobs.crediting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from board.hosts.locks import lock_hosts
+from board.jobs.store import delta_of, load_job_gpus, upsert_job_delta
+from board.rollups.crediting import to_us
+from board.rollups.gaps import load_schedule
+from board.rollups.rebuild import host_ticks
+
+
+@dataclass
+class JobRebuild:
+    hosts: int = 0  # hosts replayed
+    figure_rows: int = 0  # job-hour figure rows written
+    outside_rows: int = 0  # outside-job hour rows written
+
+
+async def rebuild_job_figures(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, from_: datetime, to: datetime
+) -> JobRebuild:
+    """Replace the job figures and outside hours of the UTC hours in [from_, to)."""
+    hosts = await lock_hosts(conn, "h.id", "h.workspace_id = %s", [workspace_id])
+    gaps = await load_schedule(conn, workspace_id)
+    gap = timedelta(microseconds=gaps.widest_us)
+    window = [workspace_id, from_, to]
+    for table in ("job_hour_figures", "outside_job_hours"):
+        await conn.execute(
+            f"DELETE FROM {table} WHERE workspace_id = %s AND hour_start >= %s AND hour_start < %s",
+            window,
+        )
+    cur = await conn.execute(
+        "SELECT host_id FROM job_gpus WHERE workspace_id = %s AND during && tstzrange(%s, %s) "
+        "UNION SELECT host_id FROM cluster_hosts WHERE workspace_id = %s AND since < %s",
+        [workspace_id, from_ - gap, to + gap, workspace_id, to + gap],
+    )
+    involved = {int(row[0]) for row in await cur.fetchall()}
+    result = JobRebuild()
+    for (host_id,) in hosts:
+        if host_id not in involved:
+            continue
+        lo, hi = from_ - gap, to + gap
+        ranges, since = await load_job_gpus(conn, [(workspace_id, host_id, lo, hi)])
+        delta = delta_of(ranges, since)
+        delta.credit_series(await host_ticks(conn, workspace_id, host_id, lo, hi), gaps)
+        delta.keep_hours(to_us(from_), to_us(to))
+        await upsert_job_delta(conn, delta, {host_id: workspace_id})
+        result.hosts += 1
+        result.figure_rows += sum(1 for sums in delta.figures.values() if any(sums))
+        result.outside_rows += sum(1 for sums in delta.outside.values() if sums[0])
+    return result

@@ -1,0 +1,37 @@
+"""Taking job records: store them, and credit what they change (board.jobs.recredit).
+
+The hosts the records touch (those they name, and those their runs held devices on) are
+locked first, in key order as ingest locks them, so the runs' GPUs read before the
+store are those the stored figures were credited with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from board.db.connection import report_connection
+from board.jobs import recording
+from board.jobs.records import JobRecord
+from board.jobs.recredit import lock_job_hosts, recredit_runs
+from board.jobs.store import load_cluster_since, load_run_gpus, load_run_hosts
+
+
+async def record_jobs(
+    session: AsyncSession, workspace_id: int, records: Sequence[JobRecord]
+) -> None:
+    """Store the records (a later one of a run replaces the earlier) and re-credit the
+    intervals stored already that their runs' old and new ranges cover."""
+    if not records:
+        return
+    conn = await report_connection(session)
+    runs = sorted({(r.cluster, r.raw_job_id, r.restart_count) for r in records})
+    named = {a.host_id for r in records for a in r.allocations}
+    await lock_job_hosts(conn, workspace_id, named | await load_run_hosts(conn, workspace_id, runs))
+    before = await load_run_gpus(conn, workspace_id, runs)
+    known = await load_cluster_since(conn, workspace_id, named)
+    since_before = {host: known.get(host) for host in named}
+    await recording.store_records(session, workspace_id, records)
+    after = await load_run_gpus(conn, workspace_id, runs)
+    await recredit_runs(conn, workspace_id, before, after, since_before=since_before)
