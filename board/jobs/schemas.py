@@ -13,11 +13,12 @@ from typing import Annotated, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -89,12 +90,21 @@ Devices = Annotated[
 ]
 
 
-def _in_range(moment: datetime) -> datetime:
-    """In UTC, from 2000 to a day ahead of now (a running job has no end yet: null)."""
+def _moment(value: object) -> datetime:
+    """ISO 8601 with a UTC offset, in UTC, from 2000 to a day ahead of now (a running
+    job has no end yet: null)."""
+    if not isinstance(value, str) or len(value) > 64:
+        raise ValueError("must be an ISO 8601 time with a UTC offset (2026-12-04T21:13:46Z)")
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO 8601 time") from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("must carry a UTC offset, e.g. 2026-12-04T21:13:46Z or +01:00")
     try:
         utc = moment.astimezone(UTC)
     except OverflowError:
-        raise ValueError("is out of range") from None
+        raise ValueError(f"{value!r} is out of range") from None
     if utc < EARLIEST:
         raise ValueError("is before 2000")
     if utc > datetime.now(UTC) + MAX_AHEAD:
@@ -104,7 +114,12 @@ def _in_range(moment: datetime) -> datetime:
     return utc
 
 
-Moment = Annotated[AwareDatetime, AfterValidator(_in_range)]
+# Read by hand (strict models take no string for a datetime): the schema says a date-time.
+Moment = Annotated[
+    datetime,
+    BeforeValidator(_moment),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 
 
 class _Strict(BaseModel):
