@@ -161,7 +161,7 @@ MemberDep = Annotated[WorkspaceContext, Depends(_with_role("admin", "member"))]
 ReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*READER_ROLES))]
 # admin and scheduler: posting a scheduler's job records (board.jobs).
 SchedulerDep = Annotated[WorkspaceContext, Depends(_with_role("admin", "scheduler"))]
-# the jobs list: every reader, and the scheduler that posted them.
+# the jobs list: every role (the readers, and the scheduler that posted them).
 JobReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*READER_ROLES, "scheduler"))]
 
 
