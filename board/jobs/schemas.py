@@ -86,7 +86,9 @@ def _unique_devices(devices: list[int]) -> list[int]:
 
 
 Devices = Annotated[
-    list[Device], Field(max_length=MAX_GPUS_PER_HOST), AfterValidator(_unique_devices)
+    list[Device],
+    Field(max_length=MAX_GPUS_PER_HOST, json_schema_extra={"uniqueItems": True}),
+    AfterValidator(_unique_devices),
 ]
 
 
