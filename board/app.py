@@ -31,6 +31,8 @@ from board.hosts.freshness_metric import HostFreshness
 from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware
 from board.ingest.routes import router as ingest_router
+from board.jobs.routes import agent_router as jobs_agent_router
+from board.jobs.routes import router as jobs_router
 from board.jsonbodies import refuse_wide_json_bodies
 from board.logs import RequestContextMiddleware, install_redaction
 from board.maintenance import maintenance_loop
@@ -181,6 +183,8 @@ def create_app(
     app.include_router(directory_router)
     app.include_router(money_router)
     app.include_router(budgets_router)
+    app.include_router(jobs_agent_router)
+    app.include_router(jobs_router)
     app.include_router(audit_router)
     app.include_router(notices_router)
     app.include_router(metrics_router)

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
 from board.auth import tokens
-from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
+from board.auth.models import READER_ROLES, ROLES, ApiToken, Membership, User, Workspace
 from board.auth.passwords import PasswordGate
 from board.db.deps import SessionDep
 from board.errors import REFUSALS, Forbidden, NotFound, Unauthorized, refuses
@@ -82,6 +82,17 @@ API_TOKEN = BearerHeader(
 )
 ApiTokenHeader = Annotated[str | None, Depends(API_TOKEN)]
 
+# A host's agent token (gua_agent_…), which enrollment gave it: declared here, below every
+# domain, so any domain with an agent route (ingest, archives, jobs) names the one scheme;
+# the token is checked by the agent-access seam (board/ingest/access.py).
+AGENT_TOKEN = BearerHeader(
+    "agentToken",
+    "gua_agent",
+    "A host's agent token (`gua_agent_…`), sent as `Authorization: Bearer gua_agent_…`; "
+    "`POST /agent/v1/enrollments/claim` trades an enrollment token for it.",
+)
+AgentTokenHeader = Annotated[str | None, Depends(AGENT_TOKEN)]
+
 
 @refuses(401)
 async def token_context(
@@ -146,8 +157,12 @@ def _with_role(*roles: str) -> Callable[[WorkspaceContext], Awaitable[WorkspaceC
 AdminDep = Annotated[WorkspaceContext, Depends(_with_role("admin"))]
 # admin and member: the fleet in detail, processes, live graphs.
 MemberDep = Annotated[WorkspaceContext, Depends(_with_role("admin", "member"))]
-# every role, finance included: reports and the host inventory.
-ReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*ROLES))]
+# admin, member and finance: reports and the host inventory (not the scheduler role).
+ReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*READER_ROLES))]
+# admin and scheduler: posting a scheduler's job records (board.jobs).
+SchedulerDep = Annotated[WorkspaceContext, Depends(_with_role("admin", "scheduler"))]
+# the jobs list: every role (the readers, and the scheduler that posted them).
+JobReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*READER_ROLES, "scheduler"))]
 
 
 async def member_context(

@@ -30,7 +30,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
 
-ROLES = ("admin", "member", "finance")
+# scheduler: a bridge on a scheduler's controller (board.jobs): posts job records and
+# reads the jobs list, nothing else (no pages, no reports, no fleet).
+ROLES = ("admin", "member", "finance", "scheduler")
+# The roles that read the workspace's reports and inventory (board.auth.deps.ReaderDep).
+READER_ROLES = ("admin", "member", "finance")
 
 
 class Workspace(Base):
@@ -121,7 +125,7 @@ class Membership(Base):
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "user_id"),
-        CheckConstraint("role IN ('admin', 'member', 'finance')", name="role_known"),
+        CheckConstraint("role IN ('admin', 'member', 'finance', 'scheduler')", name="role_known"),
     )
 
 

@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     user = sub.add_parser("create-user", help="add a member; prints a new API token once")
     user.add_argument("email")
     user.add_argument("--workspace", required=True)
-    user.add_argument("--role", required=True, choices=["admin", "member", "finance"])
+    user.add_argument("--role", required=True, choices=["admin", "member", "finance", "scheduler"])
     user.add_argument("--password-stdin", action="store_true", help="read a password from stdin")
     user.add_argument("--json", action="store_true")
     user.set_defaults(func=commands.create_user)

@@ -11,17 +11,9 @@ from typing import Annotated
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from board.auth.deps import BearerHeader
+from board.auth.deps import AGENT_TOKEN as AGENT_TOKEN
+from board.auth.deps import AgentTokenHeader as AgentTokenHeader
 from board.ingest.access import AgentAccess
-
-# An agent's own token (gua_agent_…), which enrollment gave its host.
-AGENT_TOKEN = BearerHeader(
-    "agentToken",
-    "gua_agent",
-    "A host's agent token (`gua_agent_…`), sent as `Authorization: Bearer gua_agent_…`; "
-    "`POST /agent/v1/enrollments/claim` trades an enrollment token for it.",
-)
-AgentTokenHeader = Annotated[str | None, Depends(AGENT_TOKEN)]
 
 
 async def agent_access(connection: HTTPConnection) -> AgentAccess:

@@ -29,6 +29,8 @@ class GpuInfo(NamedTuple):
     gpu_index: int
     name: str
     memory_total_mb: int
+    # None until an agent reports one (the released agent never does).
+    minor_number: int | None
 
 
 class _GpuRow(NamedTuple):
@@ -36,6 +38,7 @@ class _GpuRow(NamedTuple):
     gpu_index: int
     name: str
     memory_total_mb: int
+    minor_number: int | None
     observed_at: datetime  # when a renamed GPU's old name ends (gpu_name_history)
 
 
@@ -59,8 +62,9 @@ class TooManyGpus(Unprocessable):
 _UPSERT = """
     WITH incoming AS (
         SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::text[],
-                             %s::int[], %s::timestamptz[])
-            AS i(workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, observed_at)
+                             %s::int[], %s::int[], %s::timestamptz[])
+            AS i(workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, minor_number,
+                 observed_at)
     ), renamed AS (
         INSERT INTO gpu_name_history (workspace_id, gpu_id, name, since, until)
         SELECT g.workspace_id, g.id, g.name,
@@ -74,12 +78,15 @@ _UPSERT = """
         WHERE g.name <> i.name
         ON CONFLICT DO NOTHING
     )
-    INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb)
-    SELECT workspace_id, host_id, uuid, gpu_index, name, memory_total_mb FROM incoming
+    INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb,
+                      minor_number)
+    SELECT workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, minor_number
+    FROM incoming
     ON CONFLICT (workspace_id, host_id, uuid) DO UPDATE
         SET gpu_index = EXCLUDED.gpu_index, name = EXCLUDED.name,
-            memory_total_mb = EXCLUDED.memory_total_mb
-    RETURNING host_id, uuid, id, gpu_index, name, memory_total_mb
+            memory_total_mb = EXCLUDED.memory_total_mb,
+            minor_number = coalesce(EXCLUDED.minor_number, gpus.minor_number)
+    RETURNING host_id, uuid, id, gpu_index, name, memory_total_mb, minor_number
 """
 
 # The GPUs a late point names: added when new, read as they are when known (a late
@@ -87,17 +94,20 @@ _UPSERT = """
 _ADD = """
     WITH incoming AS (
         SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::int[], %s::text[],
-                             %s::int[], %s::timestamptz[])
-            AS i(workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, observed_at)
+                             %s::int[], %s::int[], %s::timestamptz[])
+            AS i(workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, minor_number,
+                 observed_at)
     ), added AS (
-        INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb)
-        SELECT workspace_id, host_id, uuid, gpu_index, name, memory_total_mb FROM incoming
+        INSERT INTO gpus (workspace_id, host_id, uuid, gpu_index, name, memory_total_mb,
+                          minor_number)
+        SELECT workspace_id, host_id, uuid, gpu_index, name, memory_total_mb, minor_number
+        FROM incoming
         ON CONFLICT (workspace_id, host_id, uuid) DO NOTHING
-        RETURNING host_id, uuid, id, gpu_index, name, memory_total_mb
+        RETURNING host_id, uuid, id, gpu_index, name, memory_total_mb, minor_number
     )
     SELECT * FROM added
     UNION ALL
-    SELECT g.host_id, g.uuid, g.id, g.gpu_index, g.name, g.memory_total_mb
+    SELECT g.host_id, g.uuid, g.id, g.gpu_index, g.name, g.memory_total_mb, g.minor_number
     FROM incoming i
     JOIN gpus g ON g.workspace_id = i.workspace_id AND g.host_id = i.host_id AND g.uuid = i.uuid
 """
@@ -131,9 +141,17 @@ async def resolve_gpu_ids(
         for g in obs.snapshot.gpus:
             key = (obs.host_id, g.uuid)
             known = cache.get(key)
-            # Everything but the id: a GPU's index, name or memory may change.
-            if known is None or (not late and known[1:] != (g.index, g.name, g.memoryTotalMb)):
-                row = _GpuRow(obs.workspace_id, g.index, g.name, g.memoryTotalMb, obs.observed_at)
+            minor = g.minorNumber
+            # Everything but the id: a GPU's index, name, memory or minor number may
+            # change. No minor number (the released agent) keeps the one known.
+            if known is None or (
+                not late
+                and known[1:]
+                != (g.index, g.name, g.memoryTotalMb, known[4] if minor is None else minor)
+            ):
+                row = _GpuRow(
+                    obs.workspace_id, g.index, g.name, g.memoryTotalMb, minor, obs.observed_at
+                )
                 wanted[key] = (row, not late)
     if not wanted:
         return refused
@@ -150,12 +168,13 @@ async def resolve_gpu_ids(
                 [row.gpu_index for _, row in items],
                 [row.name for _, row in items],
                 [row.memory_total_mb for _, row in items],
+                [row.minor_number for _, row in items],
                 [row.observed_at for _, row in items],
             ],
         )
-        for host_id, uuid, gpu_id, index, name, total in await cur.fetchall():
+        for host_id, uuid, gpu_id, index, name, total, minor in await cur.fetchall():
             touched.append((host_id, uuid))
-            cache[(host_id, uuid)] = GpuInfo(gpu_id, index, name, total)
+            cache[(host_id, uuid)] = GpuInfo(gpu_id, index, name, total, minor)
     return refused
 
 

@@ -26,6 +26,13 @@ Str64 = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO
 Str128 = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=NO_NUL)]
 Str255 = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=NO_NUL)]
 NonNegInt = Annotated[int, Field(ge=0, le=2**31 - 1)]
+# What a scheduler calls a job and its cluster, as our own agent reads them from a
+# process's cgroup: printable text, no control characters (C0, DEL, C1).
+SchedulerName = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")
+]
+# /dev/nvidiaN's N: NVIDIA's character devices have 8-bit minors today; 16 bits of room.
+MinorNumber = Annotated[int, Field(ge=0, le=65535)]
 # A card's memory, in MB: 1 TiB at most. The rollups keep MB x microseconds in bigint,
 # summed per host and hour (64 cards) and per card and day; at 2**31-1 MB two pushes of
 # 64 cards overflowed the host's hour (a 503, and its every later push), and one card
@@ -57,6 +64,9 @@ class ProcessIn(_Strict):
     type: Literal["compute", "graphics"] | None = None
     # No upper bound: agents report per-process memory above the card's total.
     memoryUsedMb: Annotated[int, Field(ge=0, le=2**53)] | None
+    # Only our own agent sends these (docs/agent-api.md): checked, then not stored.
+    jobId: SchedulerName | None = None
+    cluster: SchedulerName | None = None
 
 
 class GpuIn(_Strict):
@@ -71,6 +81,8 @@ class GpuIn(_Strict):
     temperatureC: Annotated[int, Field(ge=0, le=32767)] | None
     powerW: NonNegInt | None
     usageState: UsageState | None = None
+    # Only our own agent sends it: what a scheduler's device numbers are matched against.
+    minorNumber: MinorNumber | None = None
     # fail_fast: a list stops at its first bad entry. Otherwise 512 bad processes on each
     # of 64 cards (a 660 KB body) made 229,376 errors and a worker grow by ~300 MiB.
     processes: Annotated[list[ProcessIn], Field(max_length=MAX_PROCESSES_PER_GPU, fail_fast=True)]

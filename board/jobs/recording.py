@@ -1,82 +1,156 @@
-"""Storing job records: each run's row and its allocated devices, no crediting.
+"""Storing job records as they are: runs upserted, each named host's allocation replaced,
+the hosts they name marked as cluster hosts. No figures are credited here (the service
+does that around this, board.jobs.service).
 
-A record replaces what was known of its run (cluster, raw id, restart count): its fields,
-and its devices on each host it names (a host it does not name keeps its devices). Every
-device's range follows the run's [startedAt, endedAt). A host a record names becomes a
-cluster host from the run's start on (the earliest start of any run named there).
-The figures follow in board.jobs.service (`record_jobs`), which credits the difference.
+The rule (docs/jobs.md, "Job records"): a record replaces what was known of its run
+(cluster, raw id, restart count): every field, and the allocation on each host it names;
+a host it does not name keeps its allocation, whose time range follows the run's.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.db.connection import report_connection
 from board.jobs.records import JobRecord
 
-_UPSERT_RUN = """
+_UPSERT_RUNS = """
     INSERT INTO scheduler_jobs AS j (workspace_id, public_id, cluster, raw_job_id,
         restart_count, job_id, linux_user, account, partition, name, state, started_at,
         ended_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-    ON CONFLICT (workspace_id, cluster, raw_job_id, restart_count) DO UPDATE SET
-        job_id = EXCLUDED.job_id, linux_user = EXCLUDED.linux_user,
-        account = EXCLUDED.account, partition = EXCLUDED.partition, name = EXCLUDED.name,
-        state = EXCLUDED.state, started_at = EXCLUDED.started_at,
-        ended_at = EXCLUDED.ended_at, recorded_at = now()
-    RETURNING j.id
+    SELECT %s, r.* FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[],
+        %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
+        %s::timestamptz[]) AS r
+    ON CONFLICT (workspace_id, cluster, raw_job_id, restart_count) DO UPDATE
+        SET job_id = EXCLUDED.job_id, linux_user = EXCLUDED.linux_user,
+            account = EXCLUDED.account, partition = EXCLUDED.partition,
+            name = EXCLUDED.name, state = EXCLUDED.state,
+            started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+            recorded_at = now()
+    RETURNING j.id, j.cluster, j.raw_job_id, j.restart_count
+"""
+
+# Every allocation of these runs follows its run's [started_at, ended_at), named or not.
+_FOLLOW_RUNS = """
+    UPDATE job_gpus jg SET during = tstzrange(j.started_at, j.ended_at, '[)')
+    FROM scheduler_jobs j
+    WHERE j.workspace_id = %s AND j.id = ANY(%s::bigint[])
+      AND jg.workspace_id = j.workspace_id AND jg.job_id = j.id
+      AND jg.during IS DISTINCT FROM tstzrange(j.started_at, j.ended_at, '[)')
+"""
+
+_DROP_NAMED = """
+    DELETE FROM job_gpus
+    WHERE workspace_id = %s
+      AND (job_id, host_id) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
+"""
+
+_INSERT_DEVICES = """
+    INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during)
+    SELECT %s, d.job_id, d.host_id, d.device, tstzrange(j.started_at, j.ended_at, '[)')
+    FROM unnest(%s::bigint[], %s::bigint[], %s::int[]) AS d(job_id, host_id, device)
+    JOIN scheduler_jobs j ON j.workspace_id = %s AND j.id = d.job_id
+"""
+
+# A host joins its cluster from the earliest start any record of it names.
+_CLUSTER_HOSTS = """
+    INSERT INTO cluster_hosts AS c (workspace_id, host_id, cluster, since)
+    SELECT %s, h.* FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[]) AS h
+    ON CONFLICT (workspace_id, host_id) DO UPDATE
+        SET cluster = EXCLUDED.cluster, since = least(c.since, EXCLUDED.since)
 """
 
 
 async def store_records(
     session: AsyncSession, workspace_id: int, records: Sequence[JobRecord]
 ) -> None:
-    """Upsert the runs and their devices in the session's transaction."""
+    """Store the records (at most one per run) in the request's transaction.
+
+    Every host of every allocation must be a host of the workspace (the caller resolved
+    them: a node's own host, or a bridge's hostnames matched in this workspace).
+    """
+    if not records:
+        return
     conn = await report_connection(session)
+    # Key order, so two requests with overlapping runs lock their rows in the same order.
+    ordered = sorted(records, key=lambda r: (r.cluster, r.raw_job_id, r.restart_count))
+    ids = await _upsert_runs(conn, workspace_id, ordered)
+    await conn.execute(_FOLLOW_RUNS, [workspace_id, list(ids.values())])
+    await _replace_named(conn, workspace_id, ordered, ids)
+    await _mark_cluster_hosts(conn, workspace_id, ordered)
+
+
+async def _upsert_runs(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, records: Sequence[JobRecord]
+) -> dict[tuple[str, str, int], int]:
+    columns: list[list[Any]] = [[] for _ in range(12)]
     for r in records:
-        cur = await conn.execute(
-            _UPSERT_RUN,
-            [
-                workspace_id,
-                uuid.uuid4(),
-                r.cluster,
-                r.raw_job_id,
-                r.restart_count,
-                r.job_id,
-                r.linux_user,
-                r.account,
-                r.partition,
-                r.name,
-                r.state,
-                r.started_at,
-                r.ended_at,
-            ],
+        row = (
+            uuid.uuid4(),
+            r.cluster,
+            r.raw_job_id,
+            r.restart_count,
+            r.job_id,
+            r.linux_user,
+            r.account,
+            r.partition,
+            r.name,
+            r.state,
+            r.started_at,
+            r.ended_at,
         )
-        row = await cur.fetchone()
-        assert row is not None
-        run_id = int(row[0])
-        for allocation in sorted(r.allocations, key=lambda a: a.host_id):
-            await conn.execute(
-                "DELETE FROM job_gpus WHERE workspace_id = %s AND job_id = %s AND host_id = %s",
-                [workspace_id, run_id, allocation.host_id],
-            )
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    cur = await conn.execute(_UPSERT_RUNS, [workspace_id, *columns])
+    return {(c, raw, n): int(i) for i, c, raw, n in await cur.fetchall()}
+
+
+async def _replace_named(
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    records: Sequence[JobRecord],
+    ids: dict[tuple[str, str, int], int],
+) -> None:
+    named_jobs: list[int] = []
+    named_hosts: list[int] = []
+    jobs: list[int] = []
+    hosts: list[int] = []
+    devices: list[int] = []
+    for r in records:
+        job = ids[(r.cluster, r.raw_job_id, r.restart_count)]
+        for allocation in r.allocations:
+            named_jobs.append(job)
+            named_hosts.append(allocation.host_id)
             for device in sorted(set(allocation.devices)):
-                await conn.execute(
-                    "INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during) "
-                    "VALUES (%s, %s, %s, %s, tstzrange(%s, %s))",
-                    [workspace_id, run_id, allocation.host_id, device, r.started_at, r.ended_at],
-                )
-            await conn.execute(
-                "INSERT INTO cluster_hosts AS c (workspace_id, host_id, cluster, since) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (workspace_id, host_id) DO UPDATE "
-                "SET since = LEAST(c.since, EXCLUDED.since)",
-                [workspace_id, allocation.host_id, r.cluster, r.started_at],
-            )
-        await conn.execute(
-            "UPDATE job_gpus SET during = tstzrange(%s, %s) "
-            "WHERE workspace_id = %s AND job_id = %s",
-            [r.started_at, r.ended_at, workspace_id, run_id],
-        )
+                jobs.append(job)
+                hosts.append(allocation.host_id)
+                devices.append(device)
+    if not named_jobs:
+        return
+    await conn.execute(_DROP_NAMED, [workspace_id, named_jobs, named_hosts])
+    if devices:
+        await conn.execute(_INSERT_DEVICES, [workspace_id, jobs, hosts, devices, workspace_id])
+
+
+async def _mark_cluster_hosts(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, records: Sequence[JobRecord]
+) -> None:
+    since: dict[int, tuple[datetime, str]] = {}
+    for r in records:
+        for allocation in r.allocations:
+            known = since.get(allocation.host_id)
+            if known is None or r.started_at < known[0]:
+                since[allocation.host_id] = (r.started_at, r.cluster)
+    if not since:
+        return
+    hosts = sorted(since)
+    await conn.execute(
+        _CLUSTER_HOSTS,
+        [workspace_id, hosts, [since[h][1] for h in hosts], [since[h][0] for h in hosts]],
+    )

@@ -16,7 +16,7 @@ from board.auth.passwords import PasswordsBusy
 from board.db.deps import SessionDep
 from board.errors import DomainError, Forbidden, Unprocessable
 from board.runtime import RuntimeDep
-from board.web.deps import CsrfDep, Page, SignedIn, SignedInDep
+from board.web.deps import PAGE_ROLES, CsrfDep, Page, SignedIn, SignedInDep
 from board.web.render import PageRoute, redirect, render
 from board.web.sessions import WebSession, clear_session, write_session
 from board.workspaces import service as workspaces
@@ -36,7 +36,8 @@ async def _nav_page(
     """The workspace whose navigation the page shows: the one the person came from (its
     account link says `?w=`), else their first; none for a person in no workspace."""
     memberships = await memberships_of(db, person.user_id)
-    slugs = [slug for slug, _, _ in memberships]
+    # A workspace where the person has no pages (the scheduler role) lends no navigation.
+    slugs = [slug for slug, _, role in memberships if role in PAGE_ROLES]
     if not slugs:
         return None
     slug = wanted if wanted in slugs else slugs[0]

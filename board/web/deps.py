@@ -10,6 +10,7 @@ from fastapi import Depends, Path, Request
 
 from board.auth import web_sessions
 from board.auth.deps import ClientAddressDep, WorkspaceContext, member_context, memberships_of
+from board.auth.models import READER_ROLES
 from board.auth.signin_limits import SignInLimits
 from board.db.deps import SessionDep
 from board.errors import Forbidden
@@ -57,6 +58,14 @@ async def signed_in(web: WebSessionDep, db: SessionDep) -> SignedIn:
 SignedInDep = Annotated[SignedIn, Depends(signed_in)]
 
 
+# The roles with pages; the scheduler role (a bridge's token) has none.
+PAGE_ROLES = READER_ROLES
+NO_PAGES = (
+    "The scheduler role has no pages: it posts a scheduler's job records and reads the "
+    "jobs list through the API (docs/jobs.md)."
+)
+
+
 @dataclass(frozen=True)
 class Page:
     """What every workspace page needs: the tenancy context and the workspace switcher."""
@@ -74,6 +83,8 @@ async def workspace_page(
     slug: Annotated[str, Path()], person: SignedInDep, db: SessionDep, address: ClientAddressDep
 ) -> Page:
     ctx = await member_context(db, slug, person.user_id, address)
+    if ctx.role not in PAGE_ROLES:
+        raise Forbidden(NO_PAGES)
     return Page(ctx=ctx, person=person, workspaces=await memberships_of(db, person.user_id))
 
 

@@ -74,8 +74,13 @@ async def test_every_operation_has_a_summary_and_the_boards_error_model(app, cli
 async def test_refusals_by_role_conflict_and_limits(app, client) -> None:
     paths = (await _schema(client))["paths"]
     workspace = "/api/v1/workspaces/{slug}"
-    # Any role may read hosts; only admins revoke them (403 for the others).
-    assert "403" not in paths[f"{workspace}/hosts"]["get"]["responses"]
+    # Every role but scheduler may read hosts (403 for a scheduler's token); only admins
+    # revoke them; the jobs: a node's agent or a scheduler posts, readers and it list.
+    assert "403" in paths[f"{workspace}/hosts"]["get"]["responses"]
+    assert "403" in paths[f"{workspace}/hosts/{{host_id}}/revoke"]["post"]["responses"]
+    assert "403" in paths[f"{workspace}/jobs"]["post"]["responses"]
+    assert "403" not in paths[f"{workspace}/jobs"]["get"]["responses"]  # every role
+    assert "403" not in paths["/agent/v1/jobs"]["post"]["responses"]
     assert "403" in paths[f"{workspace}/hosts/{{host_id}}/revoke"]["post"]["responses"]
     assert "404" in paths[f"{workspace}/hosts"]["get"]["responses"]  # another workspace's
     assert "409" in paths[f"{workspace}/reservations"]["post"]["responses"]
@@ -105,6 +110,7 @@ async def test_required_parameters_are_declared_required(app, client) -> None:
     assert "olderThanDays" in required("/agent/v1/archives", "delete")
     # The bookings list has a default window.
     assert "from" not in required(f"{workspace}/reservations", "get")
+    assert {"from", "to"} <= required(f"{workspace}/jobs", "get")
 
 
 async def test_a_missing_bound_keeps_its_sentence(app, client) -> None:
