@@ -25,6 +25,7 @@ from agent.config import (
     load_config,
     normalize_server_url,
     save_config,
+    valid_cluster_name,
 )
 from agent.fake import FakeCollector
 from agent.logs import redact, scrub, setup_logging
@@ -69,6 +70,12 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _cluster_name(text: str) -> str:
+    if not valid_cluster_name(text):
+        raise argparse.ArgumentTypeError("must be 1-64 printable characters without spaces")
+    return text
+
+
 def _positive_int(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError("must be a whole number >= 0")
@@ -94,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--enrollment-token", required=True, help="the one-time token; `-` reads it from stdin"
     )
     enroll.add_argument("--display-name", help="name to report instead of the board's")
+    enroll.add_argument(
+        "--cluster",
+        type=_cluster_name,
+        help="the Slurm cluster (ClusterName) this host is a node of, sent with process job ids",
+    )
     enroll.add_argument("--config", type=Path, help=config_help)
     enroll.add_argument("--force", action="store_true", help="replace an existing config")
     enroll.add_argument("--connect-timeout", type=_duration(0.001), default=5.0)
@@ -247,6 +259,7 @@ def cmd_enroll(args: argparse.Namespace) -> int:
         display_name=args.display_name or enrollment.display_name,
         agent_token=enrollment.agent_token,
         token_prefix=enrollment.token_prefix,
+        cluster=args.cluster,
     )
     try:
         save_config(path, config, force=args.force)
@@ -281,7 +294,9 @@ def cmd_push(args: argparse.Namespace) -> int:
         max_bytes=args.spool_max_size,
         max_age=timedelta(seconds=args.spool_max_age),
     )
-    host = HostIdentity(hostname, AGENT_VERSION, config.host_id, config.display_name)
+    host = HostIdentity(
+        hostname, AGENT_VERSION, config.host_id, config.display_name, config.cluster
+    )
     timeouts = Timeouts(connect=args.connect_timeout, read=args.read_timeout)
     interval = args.retry_budget if once else args.interval
     with BoardClient(
@@ -327,13 +342,13 @@ def cmd_push(args: argparse.Namespace) -> int:
 def _print_snapshot(
     args: argparse.Namespace, collector: Collector, hostname: str, tracker: UsageTracker
 ) -> int:
-    host_id = display_name = None
+    host_id = display_name = cluster = None
     try:
         config = load_config(args.config or default_config_path())
-        host_id, display_name = config.host_id, config.display_name
+        host_id, display_name, cluster = config.host_id, config.display_name, config.cluster
     except ConfigError:
         pass
-    host = HostIdentity(hostname, AGENT_VERSION, host_id, display_name)
+    host = HostIdentity(hostname, AGENT_VERSION, host_id, display_name, cluster)
     try:
         payload = take_snapshot(collector, host, tracker, datetime.now(UTC), time.monotonic())
     finally:
