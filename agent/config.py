@@ -187,6 +187,17 @@ def default_spool_dir(
     return base / "spool" / _safe_component(host_id)
 
 
+def job_spool_dir(spool_dir: Path) -> Path:
+    """Where job records wait for the board: inside the host's spool folder, so the
+    agent service and `gua-agent job` (both run as root) find the same one."""
+    return spool_dir / "jobs"
+
+
+def job_starts_dir(spool_dir: Path) -> Path:
+    """Where a Prolog leaves its job's start time for the Epilog."""
+    return spool_dir / "job-starts"
+
+
 def _xdg(env: Mapping[str, str], var: str, fallback: str) -> Path:
     value = env.get(var, "")
     # The XDG spec says relative values are invalid and must be ignored.
