@@ -68,6 +68,7 @@ class JobSpool:
         self.directory = directory
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self._failing: str | None = None  # the last failure logged as a warning
 
     def put(self, body: bytes) -> Path | None:
         """Spool one request body; None if it is too big to keep. OSError when the
@@ -160,6 +161,7 @@ class JobSpool:
             answer = post(body, budget)
             if answer.kind == "accepted":
                 sent += 1
+                self._failing = None
             elif answer.kind == "rejected" and answer.status not in (404, 405):
                 log.error(
                     "the board refused job record %s (%s); dropped", path.name, answer.message
@@ -168,9 +170,11 @@ class JobSpool:
             else:
                 # Down, busy, a token it refuses, or a board without the jobs endpoint
                 # yet (404): keep the record and the order, try again later.
-                log.warning(
-                    "job records not sent (%s); %d kept", answer.message, len(entries) - index
-                )
+                # The agent service tries every tick: say it once, until one goes through.
+                level = logging.DEBUG if self._failing == answer.message else logging.WARNING
+                kept = len(entries) - index
+                log.log(level, "job records not sent (%s); %d kept", answer.message, kept)
+                self._failing = answer.message
                 stopped = "board"
                 break
             self._remove(path)

@@ -542,3 +542,13 @@ def test_sigterm_from_slurmd_is_exit_0(tmp_path: Path, board: FakeBoard) -> None
         assert process.stderr is not None
         process.stderr.close()
     assert len(JobSpool(tmp_path / "spool" / "jobs")) == 1
+
+
+def test_a_board_that_keeps_failing_is_warned_about_once(tmp_path: Path, caplog) -> None:
+    spool = JobSpool(tmp_path)
+    spool.put(b'{"jobs": []}')
+    with caplog.at_level("WARNING", logger="agent.jobspool"):
+        for _ in range(5):
+            spool.drain(lambda b, t: Answer("rejected", 404, "HTTP 404"), time.monotonic() + 60)
+    assert len([r for r in caplog.records if "not sent" in r.getMessage()]) == 1
+    assert len(spool) == 1
