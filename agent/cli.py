@@ -22,11 +22,15 @@ from agent.config import (
     check_writable,
     default_config_path,
     default_spool_dir,
+    job_spool_dir,
     load_config,
     normalize_server_url,
     save_config,
+    valid_cluster_name,
 )
 from agent.fake import FakeCollector
+from agent.jobcmd import add_job_parser, run_job
+from agent.jobspool import JobSpool
 from agent.logs import redact, scrub, setup_logging
 from agent.nvml import NvmlCollector, load_nvml, probe_driver_version
 from agent.payload import HostIdentity
@@ -71,6 +75,12 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _cluster_name(text: str) -> str:
+    if not valid_cluster_name(text):
+        raise argparse.ArgumentTypeError("must be 1-64 printable characters without spaces")
+    return text
+
+
 def _positive_int(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError("must be a whole number >= 0")
@@ -96,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--enrollment-token", required=True, help="the one-time token; `-` reads it from stdin"
     )
     enroll.add_argument("--display-name", help="name to report instead of the board's")
+    enroll.add_argument(
+        "--cluster",
+        type=_cluster_name,
+        help="the Slurm cluster (ClusterName) this host is a node of, sent with process job ids",
+    )
     enroll.add_argument("--config", type=Path, help=config_help)
     enroll.add_argument("--force", action="store_true", help="replace an existing config")
     enroll.add_argument("--connect-timeout", type=_duration(0.001), default=5.0)
@@ -178,11 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
                 help="do not stream utilization every second for the board's live graphs",
             )
     add_slurm_bridge_parser(sub, _duration)
+    add_job_parser(sub, config_help, _duration(0.1), _cluster_name)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(words)
+    except SystemExit as exit_:
+        # A Prolog that exits non-zero drains the node, even for a typo in its options.
+        if exit_.code not in (0, None) and "job" in words:
+            return EXIT_OK
+        raise
     setup_logging(args.log_level)
     try:
         return _dispatch(args)
@@ -198,6 +221,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return cmd_enroll(args)
         if args.command == "slurm-bridge":
             return cmd_slurm_bridge(args)
+        if args.command == "job":
+            return run_job(args)
         return cmd_push(args)
     except ConfigError as exc:
         print(f"gua-agent: {scrub(str(exc))}", file=sys.stderr)
@@ -252,6 +277,7 @@ def cmd_enroll(args: argparse.Namespace) -> int:
         display_name=args.display_name or enrollment.display_name,
         agent_token=enrollment.agent_token,
         token_prefix=enrollment.token_prefix,
+        cluster=args.cluster,
     )
     try:
         save_config(path, config, force=args.force)
@@ -286,13 +312,16 @@ def cmd_push(args: argparse.Namespace) -> int:
         max_bytes=args.spool_max_size,
         max_age=timedelta(seconds=args.spool_max_age),
     )
-    host = HostIdentity(hostname, AGENT_VERSION, config.host_id, config.display_name)
+    host = HostIdentity(
+        hostname, AGENT_VERSION, config.host_id, config.display_name, config.cluster
+    )
     timeouts = Timeouts(connect=args.connect_timeout, read=args.read_timeout)
     interval = args.retry_budget if once else args.interval
     with BoardClient(
         config.server_url, agent_token=config.agent_token, timeouts=timeouts
     ) as client:
-        runner = Runner(collector, Sender(client, spool), host, interval=interval, tracker=tracker)
+        sender = Sender(client, spool, job_spool=JobSpool(job_spool_dir(spool.directory)))
+        runner = Runner(collector, sender, host, interval=interval, tracker=tracker)
         if not once:
             log.info(
                 "gua-agent %s: pushing %s to %s every %s as %r (token %s…), spool %s",
@@ -332,13 +361,13 @@ def cmd_push(args: argparse.Namespace) -> int:
 def _print_snapshot(
     args: argparse.Namespace, collector: Collector, hostname: str, tracker: UsageTracker
 ) -> int:
-    host_id = display_name = None
+    host_id = display_name = cluster = None
     try:
         config = load_config(args.config or default_config_path())
-        host_id, display_name = config.host_id, config.display_name
+        host_id, display_name, cluster = config.host_id, config.display_name, config.cluster
     except ConfigError:
         pass
-    host = HostIdentity(hostname, AGENT_VERSION, host_id, display_name)
+    host = HostIdentity(hostname, AGENT_VERSION, host_id, display_name, cluster)
     try:
         payload = take_snapshot(collector, host, tracker, datetime.now(UTC), time.monotonic())
     finally:

@@ -22,6 +22,7 @@ from agent.config import TOKEN_SHAPE
 
 CLAIM_PATH = "/agent/v1/enrollments/claim"
 OBSERVATIONS_PATH = "/agent/v1/observations"
+JOBS_PATH = "/agent/v1/jobs"
 # Longer Retry-After values are treated as this: the agent keeps spooling meanwhile.
 MAX_RETRY_AFTER_SECONDS = 3600.0
 _MAX_DETAIL_CHARS = 500
@@ -177,9 +178,16 @@ class BoardClient:
 
     def post_observation(self, body: bytes, *, budget: float | None = None) -> Answer:
         """POST one encoded snapshot; never raises for network or HTTP errors."""
+        return self._post(OBSERVATIONS_PATH, body, budget)
+
+    def post_jobs(self, body: bytes, *, budget: float | None = None) -> Answer:
+        """POST one `{"jobs": [...]}` body; never raises for network or HTTP errors."""
+        return self._post(JOBS_PATH, body, budget)
+
+    def _post(self, path: str, body: bytes, budget: float | None) -> Answer:
         try:
             response = self._exchange(
-                self.server_url + OBSERVATIONS_PATH,
+                self.server_url + path,
                 body,
                 self.timeouts.bounded(budget),
                 budget,

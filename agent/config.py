@@ -35,6 +35,9 @@ class AgentConfig:
     display_name: str
     agent_token: str = field(repr=False)
     token_prefix: str
+    # Optional: the Slurm cluster (its ClusterName) this host is a node of, sent with
+    # each process's job id; set by `enroll --cluster` or by editing the file.
+    cluster: str | None = None
 
     def to_json(self) -> bytes:
         data = {
@@ -44,6 +47,8 @@ class AgentConfig:
             "agentToken": self.agent_token,
             "tokenPrefix": self.token_prefix,
         }
+        if self.cluster is not None:
+            data["cluster"] = self.cluster
         return (json.dumps(data, indent=2) + "\n").encode("utf-8")
 
     @classmethod
@@ -65,13 +70,32 @@ class AgentConfig:
         # quoted the header, token and all, into the log.
         if TOKEN_SHAPE.fullmatch(values["agentToken"]) is None:
             raise ConfigError("field 'agentToken' is not a token (printable ASCII, no spaces)")
+        cluster = data.get("cluster")
+        if cluster is not None and not valid_cluster_name(cluster):
+            raise ConfigError(
+                "field 'cluster' must be a cluster name (1-64 printable characters, no spaces)"
+            )
         return cls(
             server_url=normalize_server_url(values["serverUrl"]),
             host_id=values["hostId"],
             display_name=values["displayName"],
             agent_token=values["agentToken"],
             token_prefix=values["tokenPrefix"],
+            cluster=cluster,
         )
+
+
+CLUSTER_NAME_CHARS = 64
+
+
+def valid_cluster_name(value: object) -> bool:
+    """A Slurm ClusterName as the config may hold it: 1-64 printable characters, no spaces."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= CLUSTER_NAME_CHARS
+        and value.isprintable()
+        and not any(ch.isspace() for ch in value)
+    )
 
 
 # What an agent token may hold: printable ASCII without spaces (what goes in a header).
@@ -161,6 +185,17 @@ def default_spool_dir(
         else _xdg(env, "XDG_STATE_HOME", ".local/state") / "gua-agent"
     )
     return base / "spool" / _safe_component(host_id)
+
+
+def job_spool_dir(spool_dir: Path) -> Path:
+    """Where job records wait for the board: inside the host's spool folder, so the
+    agent service and `gua-agent job` (both run as root) find the same one."""
+    return spool_dir / "jobs"
+
+
+def job_starts_dir(spool_dir: Path) -> Path:
+    """Where a Prolog leaves its job's start time for the Epilog."""
+    return spool_dir / "job-starts"
 
 
 def _xdg(env: Mapping[str, str], var: str, fallback: str) -> Path:

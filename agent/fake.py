@@ -15,6 +15,10 @@ Four NVIDIA RTX A6000 cards, the same story at every tick:
 
 Values depend only on the host name and the observation time (to the second), so a
 test or a demo backfill gets the same numbers every time it asks.
+
+`FakeCollector(name, minor_numbers=True)` also reports each card's minor number (equal
+to its index, as on a host whose `/dev/nvidiaN` follow the PCI order), a field only our
+own agent sends: off by default, so payloads keep the released agent's shape.
 """
 
 from __future__ import annotations
@@ -84,8 +88,9 @@ class FakeCollector:
     gpu_count = len(_SCENARIO)
     driver_version = FAKE_DRIVER_VERSION
 
-    def __init__(self, hostname: str) -> None:
+    def __init__(self, hostname: str, *, minor_numbers: bool = False) -> None:
         self.hostname = hostname
+        self.minor_numbers = minor_numbers
         self._pid_base = 1000 + _digest(hostname, "pid") % 60000
 
     def collect(self, observed_at: datetime | None = None) -> Collection:
@@ -142,6 +147,7 @@ class FakeCollector:
             temperature_c=pick("temp", spec.temperature_c),
             power_w=pick("power", spec.power_w),
             processes=procs,
+            minor_number=index if self.minor_numbers else None,
         )
         return replace(reading, usage_state=single_tick_state(reading))
 

@@ -33,6 +33,8 @@ class ProcessReading:
     name: str
     type: ProcessType
     memory_used_mb: int | None
+    # The scheduler job the process runs in (Slurm's raw job id from its cgroup), or None.
+    job_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,8 @@ class GpuReading:
     processes_ok: bool = True
     util_ok: bool = True
     usage_state: UsageState | None = None
+    # The device's minor number (/dev/nvidiaN) when NVML could say; only our agent sends it.
+    minor_number: int | None = None
 
     @property
     def has_compute_process(self) -> bool:

@@ -37,6 +37,9 @@ MIB = 1024 * 1024
 # NVML_VALUE_NOT_AVAILABLE for unsigned long long; recent pynvml already maps it to None.
 _NOT_AVAILABLE_ULL = 2**64 - 1
 
+# The largest minor number a GPU reports (the board takes 0-1023, like `index`).
+MAX_MINOR = 1023
+
 T = TypeVar("T")
 
 _PROCESS_GETTERS: tuple[tuple[ProcessType, str], ...] = (
@@ -211,6 +214,10 @@ class NvmlCollector:
         processes = self._read_processes(nvml, handle, uuid)
         if processes is None:
             errors.append(ERROR_PROCESS_LIST_UNAVAILABLE)
+        # Optional (our agent only): a GPU whose minor number cannot be read is reported
+        # without one, and the board matches Slurm's GPUs to it by index.
+        get_minor = getattr(nvml, "nvmlDeviceGetMinorNumber", None)
+        minor = call(get_minor, handle) if get_minor is not None else None
 
         return GpuReading(
             index=index,
@@ -224,6 +231,7 @@ class NvmlCollector:
             processes=processes or (),
             processes_ok=processes is not None,
             util_ok=util is not None,
+            minor_number=_minor_number(minor),
         )
 
     def _read_processes(
@@ -251,6 +259,7 @@ class NvmlCollector:
                     name=self._proc.name(pid),
                     type=kind,
                     memory_used_mb=_process_memory_mb(getattr(entry, "usedGpuMemory", None)),
+                    job_id=self._proc.job_id(pid),
                 )
         return tuple(seen.values())
 
@@ -259,6 +268,13 @@ class NvmlCollector:
         if key not in self._warned:
             self._warned.add(key)
             log.warning("%s", message)
+
+
+def _minor_number(value: object) -> int | None:
+    # /dev/nvidiaN; a value the board would refuse is left out rather than sent.
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MINOR:
+        return None
+    return value
 
 
 def _process_memory_mb(used: object) -> int | None:

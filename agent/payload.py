@@ -18,6 +18,9 @@ _HOST_ID_CHARS = 128
 _UUID_CHARS = 128
 _NAME_CHARS = 255
 _USER_CHARS = 64
+_JOB_ID_CHARS = 64
+_CLUSTER_CHARS = 64
+_MAX_DEVICE = 1023
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,9 @@ class HostIdentity:
     agent_version: str
     host_id: str | None = None
     display_name: str | None = None
+    # The Slurm cluster this host belongs to (the config's `cluster`), sent with each
+    # process's job id; None where the config names none.
+    cluster: str | None = None
 
 
 def build_observation(
@@ -50,7 +56,7 @@ def build_observation(
         "collectionStatus": collection.status,
         "observedAt": observed_at.astimezone(UTC).isoformat(),
         "host": host_obj,
-        "gpus": [_gpu(g) for g in collection.gpus],
+        "gpus": [_gpu(g, host.cluster) for g in collection.gpus],
         "errors": list(collection.errors),
     }
 
@@ -60,7 +66,7 @@ def encode_observation(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload).encode("utf-8")
 
 
-def _gpu(gpu: GpuReading) -> dict[str, Any]:
+def _gpu(gpu: GpuReading, cluster: str | None) -> dict[str, Any]:
     # Clamped so one odd reading cannot get the whole snapshot rejected (422).
     total = max(1, gpu.memory_total_mb)
     out: dict[str, Any] = {
@@ -72,21 +78,31 @@ def _gpu(gpu: GpuReading) -> dict[str, Any]:
         "memoryUsedMb": min(total, max(0, gpu.memory_used_mb)),
         "temperatureC": _non_negative(gpu.temperature_c),
         "powerW": _non_negative(gpu.power_w),
-        "processes": [_process(p) for p in gpu.processes if p.pid > 0],
+        "processes": [_process(p, cluster) for p in gpu.processes if p.pid > 0],
     }
     if gpu.usage_state is not None:
         out["usageState"] = gpu.usage_state
+    # Our agent only (the released one never sends it): absent when NVML could not say.
+    if gpu.minor_number is not None and 0 <= gpu.minor_number <= _MAX_DEVICE:
+        out["minorNumber"] = gpu.minor_number
     return out
 
 
-def _process(proc: ProcessReading) -> dict[str, Any]:
-    return {
+def _process(proc: ProcessReading, cluster: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "pid": proc.pid,
         "linuxUser": _text(proc.linux_user, _USER_CHARS),
         "name": _text(proc.name, _NAME_CHARS),
         "type": proc.type,
         "memoryUsedMb": _non_negative(proc.memory_used_mb),
     }
+    # Our agent only: the scheduler job from the process's cgroup, and the cluster the
+    # config names. Absent, not null, when unknown: the released agent's shape.
+    if proc.job_id:
+        out["jobId"] = proc.job_id[:_JOB_ID_CHARS]
+        if cluster:
+            out["cluster"] = _text(cluster, _CLUSTER_CHARS)
+    return out
 
 
 def _non_negative(value: int | None) -> int | None:

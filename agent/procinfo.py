@@ -1,9 +1,11 @@
-"""Who runs a process and what it is called, from /proc. Never reads command lines or environ."""
+"""Who runs a process, what it is called and which scheduler job it runs in, from /proc.
+Never reads command lines or environ."""
 
 from __future__ import annotations
 
 import os
 import pwd
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +15,25 @@ from agent.model import UNKNOWN
 LOGINUID_UNSET = 4294967295
 # comm is at most 16 bytes (TASK_COMM_LEN); read a little more and trust nothing beyond it.
 _COMM_MAX_BYTES = 64
+# /proc/PID/cgroup has one short line per hierarchy (a dozen under cgroup v1, one under
+# v2); a few KiB holds every real one, and a hostile or odd entry is never read further.
+CGROUP_MAX_BYTES = 4096
+# Slurm's job cgroup, v1 (`…/slurm[_node]/uid_0/job_198005/step_batch`) and v2
+# (`0::/system.slice/slurmstepd.scope/job_198005/step_batch/user/task_0`). Slurm's job
+# ids are 32-bit; a longer run of digits is not a Slurm job.
+_SLURM_JOB = re.compile(r"/job_([0-9]{1,10})(?:/|$)")
+
+
+def slurm_job_id(cgroup_text: str) -> str | None:
+    """The Slurm job id named in the text of /proc/PID/cgroup, or None.
+
+    The first line that names one wins (every hierarchy of a job's process names the
+    same job). The id is the job's raw id: an array task's own number, not `123_4`."""
+    for line in cgroup_text.splitlines():
+        match = _SLURM_JOB.search(line)
+        if match is not None:
+            return str(int(match.group(1)))
+    return None
 
 
 def passwd_name(uid: int) -> str | None:
@@ -39,6 +60,18 @@ class ProcInfo:
     ) -> None:
         self._root = Path(proc_root)
         self._uid_to_name = uid_to_name
+
+    def job_id(self, pid: int) -> str | None:
+        """The Slurm job the process runs in, from its cgroup; None when none (or unreadable)."""
+        try:
+            with open(self._root / str(pid) / "cgroup", "rb") as fh:
+                raw = fh.read(CGROUP_MAX_BYTES)
+        except OSError:
+            return None
+        if len(raw) >= CGROUP_MAX_BYTES:
+            # Cut short: the last line may be half of one (`/job_12` of `/job_123/…`).
+            raw = raw[: raw.rfind(b"\n") + 1]
+        return slurm_job_id(raw.decode("ascii", errors="replace"))
 
     def user(self, pid: int) -> str:
         """The Linux user a process belongs to, or `unknown`."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.client import Answer, BoardClient
+from agent.jobspool import JobSpool
 from agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,9 @@ class Sender:
     """Sends a tick's snapshot and then replays the spool, oldest first, in the same budget.
 
     The fresh snapshot goes first so the board sees the host alive at once; the board
-    counts by `observedAt`, so the replay arriving after it changes no figure. The
+    counts by `observedAt`, so the replay arriving after it changes no figure. Job
+    records the Prolog and Epilog could not send (`job_spool`) go next, before the
+    replay of old snapshots, in the order they were spooled. The
     backoff state lives across ticks: while the board is failing, a tick whose next
     attempt is not due before its deadline spools the snapshot without a request.
     """
@@ -58,9 +61,11 @@ class Sender:
         backoff: Backoff | None = None,
         stop: threading.Event | None = None,
         clock: Callable[[], float] = time.monotonic,
+        job_spool: JobSpool | None = None,
     ) -> None:
         self.client = client
         self.spool = spool
+        self.job_spool = job_spool
         self.backoff = backoff or Backoff()
         self.stop = stop or threading.Event()
         self._clock = clock
@@ -84,8 +89,33 @@ class Sender:
         self.pending = None
         if answer.kind == "rejected":
             log.error("the board rejected a snapshot (%s); dropped", answer.message)
+        if answer.kind == "accepted":
+            self.send_jobs(deadline)
         self.drain(deadline, fresh_accepted=answer.kind == "accepted")
         return "sent" if answer.kind == "accepted" else "dropped"
+
+    def send_jobs(self, deadline: float) -> int:
+        """Send the spooled job records, oldest first, until the deadline; how many were
+        sent. Skipped while a Prolog or Epilog is sending them itself (it holds the lock)."""
+        if self.job_spool is None or self.stop.is_set():
+            return 0
+        try:
+            result = self.job_spool.drain(
+                self._post_jobs, deadline, wait_for_lock=False, clock=self._clock
+            )
+        except OSError as exc:
+            log.error("the job spool %s cannot be sent (%s)", self.job_spool.directory, exc)
+            return 0
+        return result.sent
+
+    def _post_jobs(self, body: bytes, budget: float) -> Answer:
+        if self.stop.is_set():
+            return Answer("retry", None, "shutting down")
+        self.in_request = True
+        try:
+            return self.client.post_jobs(body, budget=budget)
+        finally:
+            self.in_request = False
 
     def spool_pending(self) -> Outcome:
         """Put the unanswered fresh snapshot, if any, into the spool."""

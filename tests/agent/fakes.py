@@ -50,6 +50,9 @@ class FakeGpu:
     graphics: list[FakeProc] = field(default_factory=list)
     # nvml function name -> NVML_ERROR_* code it raises for this GPU
     fail: dict[str, int] = field(default_factory=dict)
+    # nvmlDeviceGetMinorNumber's answer; None: NVML_ERROR_NOT_SUPPORTED, as on a driver
+    # or platform that cannot say.
+    minor: int | None = None
 
 
 class _Handle:
@@ -131,6 +134,12 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:
         return self._gpu(handle, "nvmlDeviceGetPowerUsage").power_mw
 
+    def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:
+        gpu = self._gpu(handle, "nvmlDeviceGetMinorNumber")
+        if gpu.minor is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu.minor
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
         gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
         return [self._proc(p) for p in gpu.compute]
@@ -176,13 +185,22 @@ class FakeProcRoot:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def add(self, pid: int, comm: str | None = "python", loginuid: str | None = None) -> Path:
+    def add(
+        self,
+        pid: int,
+        comm: str | None = "python",
+        loginuid: str | None = None,
+        cgroup: str | bytes | None = None,
+    ) -> Path:
         base = self.root / str(pid)
         base.mkdir(parents=True, exist_ok=True)
         if comm is not None:
             (base / "comm").write_text(comm + "\n")
         if loginuid is not None:
             (base / "loginuid").write_text(loginuid)
+        if cgroup is not None:
+            data = cgroup.encode() if isinstance(cgroup, str) else cgroup
+            (base / "cgroup").write_bytes(data)
         # What the agent must never read; present so a test can prove it does not.
         (base / "cmdline").write_bytes(b"python\0train.py\0--secret=hunter2\0")
         (base / "environ").write_bytes(b"AWS_SECRET_ACCESS_KEY=hunter2\0")
@@ -305,8 +323,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_contract(payload: dict[str, Any]) -> None:
-    """Assert every rule of agent-api.md's observation table (strict: no unknown fields)."""
+def check_contract(payload: dict[str, Any], *, ours: bool = False) -> None:
+    """Assert every rule of agent-api.md's observation table (strict: no unknown fields).
+
+    `ours`: also allow the fields only our own agent sends (agent-api.md), with their
+    rules: `gpus[].minorNumber`, `processes[].jobId` and `processes[].cluster`."""
     assert set(payload) == {
         "schemaVersion",
         "collectionStatus",
@@ -332,7 +353,10 @@ def check_contract(payload: dict[str, Any]) -> None:
     assert len(host["hostname"]) <= 255
     assert isinstance(payload["gpus"], list)
     for gpu in payload["gpus"]:
-        assert set(gpu) <= _GPU_KEYS
+        assert set(gpu) <= (_GPU_KEYS | {"minorNumber"} if ours else _GPU_KEYS)
+        if "minorNumber" in gpu:
+            assert _is_int(gpu["minorNumber"])
+            assert 0 <= gpu["minorNumber"] <= 1023
         assert set(gpu) >= _GPU_KEYS - {"usageState"}
         assert _is_int(gpu["index"])
         assert gpu["index"] >= 0
@@ -350,7 +374,14 @@ def check_contract(payload: dict[str, Any]) -> None:
             assert gpu[key] is None or (_is_int(gpu[key]) and gpu[key] >= 0)
         assert gpu.get("usageState", "idle") in ("active", "idle_held", "idle")
         for proc in gpu["processes"]:
-            assert set(proc) <= _PROC_KEYS
+            assert set(proc) <= (_PROC_KEYS | {"jobId", "cluster"} if ours else _PROC_KEYS)
+            if "jobId" in proc:
+                assert isinstance(proc["jobId"], str)
+                assert 0 < len(proc["jobId"]) <= 64
+            if "cluster" in proc:
+                assert "jobId" in proc
+                assert isinstance(proc["cluster"], str)
+                assert 0 < len(proc["cluster"]) <= 64
             assert set(proc) >= _PROC_KEYS - {"type"}
             assert _is_int(proc["pid"])
             assert proc["pid"] > 0

@@ -85,3 +85,25 @@ def test_a_corrupt_config_is_a_config_error_without_the_token(tmp_path: Path, ra
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert TOKEN not in str(caught.value)
+
+
+def test_the_cluster_is_optional_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    save_config(path, _config())
+    assert "cluster" not in json.loads(path.read_text())
+    assert load_config(path).cluster is None
+
+    again = tmp_path / "again.json"
+    save_config(again, AgentConfig("https://b.example", "h", "n", TOKEN, "p", cluster="lab"))
+    assert json.loads(again.read_text())["cluster"] == "lab"
+    assert load_config(again).cluster == "lab"
+
+
+@pytest.mark.parametrize("cluster", ["", "two words", "x" * 65, 7, "a\nb"])
+def test_a_bad_cluster_is_a_config_error(tmp_path: Path, cluster: object) -> None:
+    path = write_config(tmp_path / "config.json")
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "cluster": cluster}))
+    with pytest.raises(ConfigError, match="cluster") as caught:
+        load_config(path)
+    assert CONFIG_TOKEN not in str(caught.value)

@@ -63,3 +63,17 @@ def test_observation_defaults(contract) -> None:
         "agentVersion": "9.9.9",
         "driverVersion": "560.35.05-fake",
     }
+
+
+def test_minor_numbers_only_when_asked(contract) -> None:
+    plain = FakeCollector("demo").observation(AT)
+    contract(plain)
+    assert all("minorNumber" not in g for g in plain["gpus"])
+
+    ours = FakeCollector("demo", minor_numbers=True)
+    body = ours.observation(AT)
+    contract(body, ours=True)
+    gpus = body["gpus"]
+    assert [g["minorNumber"] for g in gpus] == [g["index"] for g in gpus]
+    # The same story otherwise.
+    assert [{k: v for k, v in g.items() if k != "minorNumber"} for g in gpus] == plain["gpus"]

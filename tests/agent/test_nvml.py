@@ -367,4 +367,109 @@ def test_never_reads_command_lines_or_environment(proc_root: FakeProcRoot) -> No
     finally:
         recorder.active = False
     read = {os.path.basename(p) for p in recorder.paths if p.startswith(str(proc_root.root))}
-    assert read == {"comm", "loginuid"}
+    assert read == {"comm", "loginuid", "cgroup"}
+
+
+# --- fields only our agent sends: minor numbers, process job ids -------------------------
+
+SLURM_V1 = "6:freezer:/slurm_node2/uid_0/job_198005/step_batch\n"
+SLURM_V1 += "5:devices:/slurm_node2/uid_0/job_198005/step_batch/task_0\n"
+
+
+def ours(collection: Collection, cluster: str | None = None) -> dict[str, object]:
+    states = UsageTracker(0, 0).apply(collection, 0.0)
+    host = HostIdentity("gpu01", "0.1.0", "h1", "GPU 01", cluster)
+    return build_observation(states, host, AT)
+
+
+def test_minor_numbers_are_reported(proc_root: FakeProcRoot, contract) -> None:
+    gpus = two_gpus()
+    gpus[0].minor, gpus[1].minor = 6, 2  # the driver's numbering need not follow the index
+    body = ours(collector(FakeNvml(gpus), proc_root).collect())
+    contract(body, ours=True)
+    assert [(g["index"], g["minorNumber"]) for g in body["gpus"]] == [(0, 6), (1, 2)]
+    # After usageState: the released agent's keys keep their order, ours come last.
+    assert list(body["gpus"][0])[-1] == "minorNumber"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNKNOWN],
+)
+def test_minor_number_failing_leaves_only_it_out(
+    proc_root: FakeProcRoot, contract, code: int
+) -> None:
+    gpus = two_gpus()
+    gpus[0].minor, gpus[1].minor = 0, 1
+    gpus[0].fail["nvmlDeviceGetMinorNumber"] = code
+    result = collector(FakeNvml(gpus), proc_root).collect()
+    body = ours(result)
+    contract(body, ours=True)
+    # Optional: no error code, the snapshot stays ok, the card is otherwise complete.
+    assert (result.status, result.errors) == ("ok", ())
+    first, second = body["gpus"]
+    assert "minorNumber" not in first
+    assert first["utilPct"] == 87
+    assert second["minorNumber"] == 1
+
+
+def test_minor_number_unsupported_everywhere_is_the_released_shape(
+    proc_root: FakeProcRoot, contract
+) -> None:
+    """A driver that never answers (FakeGpu.minor None) gives exactly what the released
+    agent sends: the board's validation of it needs no new field."""
+    body = ours(collector(FakeNvml(two_gpus()), proc_root).collect())
+    contract(body)
+    assert all("minorNumber" not in g for g in body["gpus"])
+
+
+class _NvmlWithoutMinorNumbers(FakeNvml):
+    """A pynvml too old (or a platform) without nvmlDeviceGetMinorNumber."""
+
+    def __getattribute__(self, name: str) -> object:
+        if name == "nvmlDeviceGetMinorNumber":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_nvml_without_the_minor_number_function(proc_root: FakeProcRoot, contract) -> None:
+    gpus = two_gpus()
+    gpus[0].minor = 3
+    result = collector(_NvmlWithoutMinorNumbers(gpus), proc_root).collect()
+    assert result.status == "ok"
+    assert [g.minor_number for g in result.gpus] == [None, None]
+    contract(ours(result))
+
+
+@pytest.mark.parametrize("value", [-1, 1024, 2**32 - 1, True, "3", 2.0])
+def test_odd_minor_numbers_are_left_out(proc_root: FakeProcRoot, contract, value) -> None:
+    gpus = two_gpus()
+    gpus[0].minor = value
+    body = ours(collector(FakeNvml(gpus), proc_root).collect())
+    contract(body, ours=True)
+    assert "minorNumber" not in body["gpus"][0]
+
+
+def test_process_job_id_and_cluster(proc_root: FakeProcRoot, contract) -> None:
+    proc_root.add(4242, loginuid="1000", cgroup=SLURM_V1)
+    proc_root.add(5151, loginuid="1001", cgroup="0::/user.slice/user-1001.slice/session-4.scope\n")
+    gpus = two_gpus()
+    gpus[1].compute = [FakeProc(5151, 10 * MIB)]
+    result = collector(FakeNvml(gpus), proc_root).collect()
+    assert [p.job_id for g in result.gpus for p in g.processes] == ["198005", None]
+
+    body = ours(result, cluster="testlab")
+    contract(body, ours=True)
+    in_job, outside = (g["processes"][0] for g in body["gpus"])
+    assert (in_job["jobId"], in_job["cluster"]) == ("198005", "testlab")
+    assert list(in_job)[-2:] == ["jobId", "cluster"]
+    # Not in a job: the released agent's shape, nothing null.
+    assert "jobId" not in outside
+    assert "cluster" not in outside
+
+    # No cluster in the config: the job id alone.
+    body = ours(result)
+    contract(body, ours=True)
+    proc = body["gpus"][0]["processes"][0]
+    assert proc["jobId"] == "198005"
+    assert "cluster" not in proc
