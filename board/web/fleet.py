@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from board.fleet.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
@@ -225,7 +225,8 @@ def _card(
         availability=availability,
         reservation=reservation,
         job=job,
-        job_for=duration(job_since, now) if now is not None else "",
+        # The host page builds its cards without a clock: the job line has one anyway.
+        job_for=duration(job_since, now or datetime.now(UTC)),
     )
 
 

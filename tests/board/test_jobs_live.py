@@ -5,6 +5,8 @@ when the agent reported one, else by index."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,8 +15,10 @@ import httpx
 from board.jobs.live import jobs_now
 from board.runtime import Runtime
 from tests.board.builders import Tenant, enroll, make_tenant, push
+from tests.board.db import execute
 from tests.board.job_builders import add_job, host_pk, set_minor
 from tests.board.test_reports_builders import gpu, observation, proc
+from tests.web.helpers import sign_in
 
 MINUTE = timedelta(minutes=1)
 
@@ -163,3 +167,72 @@ async def test_jobs_now_reads_the_newest_ticks(app: Any, client: httpx.AsyncClie
     assert found[0].wasting
     assert not found[1].wasting
     assert [j.standing for j in stale] == [None, None]
+
+
+@asynccontextmanager
+async def signed_in(app: Any, email: str) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as c:
+        await sign_in(c, email)
+        yield c
+
+
+async def test_the_card_line_and_the_job_page(app: Any, client: httpx.AsyncClient) -> None:
+    """The GPU card says the job, its user and the standing, linked to the job's page; the
+    page shows the fields, the allocation, the figures summed from job_hour_figures and
+    the timeline; every hostile string escaped; another workspace's job is a 404; finance
+    reads the page without who else runs on the GPU."""
+    acme = await make_tenant(app, "acme")
+    await make_tenant(app, "other")
+    agent, host = await node(client, acme)
+    t0 = start()
+    await observe(client, agent, t0, 5, card(0, "idle"), card(1, "active", "bob"))
+    hostile = '<script>alert("x")</script>'
+    job = await add_job(app, host, [0, 1], started=t0, name=hostile, account="<b>phys</b>")
+    await execute(
+        app,
+        "INSERT INTO job_hour_figures (workspace_id, job_id, gpu_id, hour_start, host_id, "
+        "covered_us, active_us, idle_held_us, foreign_us, unused_us, util_pct_us, "
+        "max_memory_used_mb) "
+        "SELECT j.workspace_id, j.id, g.id, date_trunc('hour', %s::timestamptz), g.host_id, "
+        "1800000000, 0, 0, 900000000, 900000000, 0, 2048 "
+        "FROM scheduler_jobs j JOIN gpus g ON g.workspace_id = j.workspace_id "
+        "WHERE j.public_id = %s AND g.gpu_index = 0",
+        t0,
+        job,
+    )
+    await sign_in(client, "member@acme.example")
+    fleet = await client.get("/w/acme/")
+    assert fleet.status_code == 200
+    assert f'href="/w/acme/jobs/{job}"' in fleet.text
+    assert "job 4711</a> · alice · " in fleet.text
+    assert 'data-job-standing="unused"' in fleet.text
+    assert "foreign: bob" in fleet.text
+    page = await client.get(f"/w/acme/hosts/{host}")
+    assert 'data-job-standing="unused"' in page.text
+    assert "unused</span> for <span data-since=" in page.text
+
+    shown = await client.get(f"/w/acme/jobs/{job}")
+    assert shown.status_code == 200
+    assert hostile not in shown.text
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in shown.text
+    assert "&lt;b&gt;phys&lt;/b&gt;" in shown.text
+    assert '<td data-label="Wasted" data-field="wasted">0.25</td>' in shown.text
+    assert 'data-standing="unused"' in shown.text
+    assert ": bob" in shown.text
+    assert "<svg" in shown.text
+    for missing in ("00000000-0000-0000-0000-000000000000", "not-a-uuid", "x" * 64):
+        assert (await client.get(f"/w/acme/jobs/{missing}")).status_code == 404
+    assert (await client.get(f"/w/acme/jobs/{'x' * 65}")).status_code in (404, 422)
+
+    # Another workspace's admin: 404, nothing of the job.
+    async with signed_in(app, "admin@other.example") as outsider:
+        other_job = await outsider.get(f"/w/other/jobs/{job}")
+        assert other_job.status_code == 404
+        assert "4711" not in other_job.text
+
+    async with signed_in(app, "finance@acme.example") as finance_client:
+        finance = await finance_client.get(f"/w/acme/jobs/{job}")
+    assert finance.status_code == 200
+    assert ": bob" not in finance.text
+    assert '<td data-label="Wasted" data-field="wasted">0.25</td>' in finance.text
