@@ -72,6 +72,11 @@ class Workspace(Base):
     digest_hour: Mapped[int | None] = mapped_column(Integer)
     # Fleet health (board/health): a GPU at or above this temperature is hot.
     hot_temperature_c: Mapped[int] = mapped_column(Integer, server_default="85")
+    # Scheduler jobs (board/notices/job_detect.py): how long a job's allocated GPU sits
+    # unused or idle-held before its user is told, and before the account's contacts and
+    # the admins are.
+    job_idle_notice_minutes: Mapped[int] = mapped_column(Integer, server_default="60")
+    job_idle_escalate_minutes: Mapped[int] = mapped_column(Integer, server_default="105")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (
@@ -97,6 +102,12 @@ class Workspace(Base):
         ),
         CheckConstraint("digest_hour BETWEEN 0 AND 23", name="digest_hour_range"),
         CheckConstraint("hot_temperature_c BETWEEN 30 AND 120", name="hot_temperature_range"),
+        CheckConstraint(
+            "job_idle_notice_minutes BETWEEN 1 AND 10080 "
+            "AND job_idle_escalate_minutes BETWEEN 2 AND 10080 "
+            "AND job_idle_escalate_minutes > job_idle_notice_minutes",
+            name="job_idle_notice_range",
+        ),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from board.hosts.schemas import CollectionStatus, Freshness, UsageState
+from board.jobs.live import JobNow, JobNowOut
 from board.readmodels import IsoTime, ReadModel
 from board.reservations.availability import Availability
 from board.reservations.schemas import ReservationOut
@@ -42,6 +43,8 @@ class _GpuFields(ReadModel):
     # accounting.md: the newest state against the booking in force now (and that booking).
     availability: Availability = "not_observed"
     reservation: ReservationOut | None = None
+    # The scheduler job allocated this GPU now (board.jobs.live), null when none.
+    job: JobNowOut | None = None
 
 
 class GpuOut(_GpuFields):
@@ -101,6 +104,7 @@ class GpuNow:
     holders: tuple[str, ...]
     availability: Availability
     reservation: ReservationOut | None
+    job: JobNow | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from board.fleet.search import search_hosts, sort_hosts
 from board.hosts.freshness import freshness
 from board.hosts.models import Host, HostRejection
 from board.hosts.service import get_host_row
+from board.jobs.live import JobNow, RunsInForce, job_now, job_out, runs_in_force
 from board.reservations.availability import (
     InForce,
     availability,
@@ -43,12 +44,34 @@ def _shown_gpu(gpu: GpuOut, with_processes: bool) -> GpuOut | GpuProcessCountOut
     return GpuProcessCountOut(**fields, process_count=len(gpu.processes))
 
 
-def _with_availability(gpu: GpuOut, host_id: int, observed: bool, in_force: InForce) -> GpuOut:
-    processes = ((p.linux_user, p.type) for p in gpu.processes)
+def _job(
+    host_id: int, gpu: GpuOut, observed: bool, holders: tuple[str, ...], jobs: RunsInForce
+) -> JobNow | None:
+    """The oldest run in force on the GPU, standing against its newest state."""
+    runs = jobs.get((host_id, gpu.uuid))
+    if not runs:
+        return None
+    state = gpu.usage_state if observed else None
+    return job_now(runs[0], state, holders, gpu.state_since)
+
+
+def _with_availability(
+    gpu: GpuOut,
+    host_id: int,
+    observed: bool,
+    in_force: InForce,
+    jobs: RunsInForce,
+    with_processes: bool,
+) -> GpuOut:
+    processes = [(p.linux_user, p.type) for p in gpu.processes]
     shown, booking = gpu_availability(
         host_id, gpu.uuid, observed, gpu.usage_state, processes, in_force
     )
-    return gpu.model_copy(update={"availability": shown, "reservation": booking})
+    update: dict[str, object] = {"availability": shown, "reservation": booking}
+    job = _job(host_id, gpu, observed, compute_holders(processes), jobs)
+    if job is not None:
+        update["job"] = job_out(job, with_processes)
+    return gpu.model_copy(update=update)
 
 
 def _freshness(host: Host, ctx: WorkspaceContext, now: datetime) -> str:
@@ -92,10 +115,13 @@ def _view(
     rejections: list[RejectedPushOut],
     gpus: list[GpuOut],
     in_force: InForce,
+    jobs: RunsInForce,
 ) -> HostOut:
     fresh = _freshness(host, ctx, now)
     observed = fresh not in ("stale", "never")
-    gpus = [_with_availability(g, host.id, observed, in_force) for g in gpus]
+    gpus = [
+        _with_availability(g, host.id, observed, in_force, jobs, ctx.sees_processes) for g in gpus
+    ]
     return _host_out(host, fresh, rejections, [_shown_gpu(g, ctx.sees_processes) for g in gpus])
 
 
@@ -187,6 +213,7 @@ class _Newest:
     rejections: dict[int, list[RejectedPushOut]]
     gpus: dict[int, list[GpuOut]]
     in_force: InForce
+    jobs: RunsInForce
 
 
 async def _read_newest(session: AsyncSession, ctx: WorkspaceContext) -> _Newest:
@@ -205,7 +232,8 @@ async def _read_newest(session: AsyncSession, ctx: WorkspaceContext) -> _Newest:
     gpus = await _newest_gpus_kept(session, ctx.workspace_id, hosts, now)
     conn = await report_connection(session)
     in_force = await bookings_in_force(conn, ctx.workspace_id, ids, now)
-    return _Newest(hosts, now, rejections, gpus, in_force)
+    jobs = await runs_in_force(conn, ctx.workspace_id, ids, now)
+    return _Newest(hosts, now, rejections, gpus, in_force, jobs)
 
 
 async def list_hosts(
@@ -215,19 +243,27 @@ async def list_hosts(
     read = await _read_newest(session, ctx)
     views = [
         _view(
-            h, ctx, read.now, read.rejections.get(h.id, []), read.gpus.get(h.id, []), read.in_force
+            h,
+            ctx,
+            read.now,
+            read.rejections.get(h.id, []),
+            read.gpus.get(h.id, []),
+            read.in_force,
+            read.jobs,
         )
         for h in read.hosts
     ]
     return sort_hosts(search_hosts(views, q), sort)
 
 
-def _gpu_now(host_id: int, gpu: GpuOut, observed: bool, in_force: InForce) -> GpuNow:
+def _gpu_now(
+    host_id: int, gpu: GpuOut, observed: bool, in_force: InForce, jobs: RunsInForce
+) -> GpuNow:
     holders = compute_holders((p.linux_user, p.type) for p in gpu.processes)
     booking = in_force.get((host_id, gpu.uuid))
     users = frozenset(booking.linux_users) if booking is not None else None
     shown = availability(observed, gpu.usage_state, holders, users)
-    return GpuNow(gpu, holders, shown, booking)
+    return GpuNow(gpu, holders, shown, booking, _job(host_id, gpu, observed, holders, jobs))
 
 
 async def fleet_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[HostNow]:
@@ -243,7 +279,10 @@ async def fleet_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[Host
     for host in read.hosts:
         fresh = _freshness(host, ctx, read.now)
         observed = fresh not in ("stale", "never")
-        gpus = [_gpu_now(host.id, g, observed, read.in_force) for g in read.gpus.get(host.id, [])]
+        gpus = [
+            _gpu_now(host.id, g, observed, read.in_force, read.jobs)
+            for g in read.gpus.get(host.id, [])
+        ]
         found.append(HostNow(_host_out(host, fresh, read.rejections.get(host.id, []), []), gpus))
     return found
 
@@ -256,7 +295,8 @@ async def view_of(session: AsyncSession, ctx: WorkspaceContext, host: Host) -> H
     gpus = await newest_gpus(session, ctx.workspace_id, [host.id], since)
     conn = await report_connection(session)
     booked = await bookings_in_force(conn, ctx.workspace_id, [host.id], now)
-    return _view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []), booked)
+    jobs = await runs_in_force(conn, ctx.workspace_id, [host.id], now)
+    return _view(host, ctx, now, rejections.get(host.id, []), gpus.get(host.id, []), booked, jobs)
 
 
 async def get_host(session: AsyncSession, ctx: WorkspaceContext, host_id: str) -> HostOut:

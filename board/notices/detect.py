@@ -30,6 +30,7 @@ from board.db.connection import report_connection
 from board.hosts.freshness import freshness
 from board.notices.events import enqueue, iso
 from board.notices.health_detect import observe_health
+from board.notices.job_detect import escalate, observe_jobs
 from board.reservations.availability import availability, bookings_in_force
 from board.rollups.crediting import from_us
 
@@ -48,6 +49,8 @@ class WorkspaceRow:
     reservation_idle_minutes: int
     timezone: str
     digest_hour: int | None
+    job_idle_minutes: int = 60
+    job_escalate_minutes: int = 105
 
 
 @dataclass
@@ -77,7 +80,8 @@ class Seen:
 WORKSPACES = text(
     """
     SELECT id, slug, name, stale_after_seconds, idle_held_notice_minutes,
-           reservation_idle_notice_minutes, timezone, digest_hour
+           reservation_idle_notice_minutes, timezone, digest_hour,
+           job_idle_notice_minutes, job_idle_escalate_minutes
     FROM workspaces ORDER BY id
     """
 )
@@ -251,6 +255,12 @@ async def observe(
     )
     for holding in health.conditions:
         add(Condition(*holding))
+    # Jobs whose allocated GPUs sit unused or idle-held (board.notices.job_detect).
+    jobs = await observe_jobs(
+        session, ws, now, hosts, gpus, directory, health.in_maintenance, public_url
+    )
+    for holding in jobs:
+        add(Condition(*holding))
     seen.maintenance = health.maintenance
     seen.unknown.update(health.waiting)
     seen.conditions = {
@@ -328,7 +338,9 @@ async def detect_workspace(
         result.closed.append(f"{kind}.resolved")
         if notified:
             ended = {**data, "endedAt": iso(absent_since)}
-            people = data.get("memberEmails", []) if mail else []
+            # Whoever was told: the holders' members, and those an escalation told.
+            told = [*data.get("memberEmails", []), *data.get("escalatedTo", [])]
+            people = told if mail else []
             await enqueue(
                 session, ws.id, f"{kind}.resolved", ended, now, gpu_id=gpu_id, people=people
             )
@@ -368,6 +380,9 @@ async def detect_workspace(
             gpu_id=condition.gpu_id,
             people=condition.people if mail else [],
         )
+    result.opened += await escalate(
+        session, ws, now, lambda subject: ("job.idle", subject) in seen.conditions, mail=mail
+    )
     return result
 
 

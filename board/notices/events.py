@@ -21,6 +21,7 @@ CONDITION_TYPES = (
     "host.error",
     "gpu.missing",
     "gpu.hot",
+    "job.idle",
 )
 # Told once per team and period each, never resolved (board/notices/budget_watch.py).
 BUDGET_TYPES = ("budget.warning", "budget.exceeded")

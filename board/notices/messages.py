@@ -66,6 +66,8 @@ _HEADLINES = {
     "gpu.missing.resolved": "GPU reporting again",
     "gpu.hot": "GPU running hot",
     "gpu.hot.resolved": "GPU no longer hot",
+    "job.idle": "Job's GPU unused",
+    "job.idle.resolved": "Job's GPUs in use again",
     "digest.daily": "Daily digest",
     "test": "Test notice",
 }
@@ -87,9 +89,23 @@ def headline(body: dict[str, Any]) -> str:
     if body.get("type") in BUDGET_HEADLINES:
         return budget_headline(body)
     users = ", ".join(data.get("linuxUsers") or [])
+    job = data.get("job")
+    if isinstance(job, dict):
+        # "Job 4711 of alice: GPU unused or idle-held for 60 min on node-a, GPU 0".
+        words = _job_words(str(body.get("type")), data)
+        where = f"job {job.get('jobId')} on {where}"
     told = f"{words}: {where}" + (f" ({users})" if users else "")
     # Sent to a channel added while the episode was open (board.notices.catchup).
     return f"{told}, {ALREADY_OPEN}" if data.get("alreadyOpen") else told
+
+
+def _job_words(event_type: str, data: dict[str, Any]) -> str:
+    if event_type.endswith(".resolved"):
+        return _HEADLINES.get(event_type, event_type)
+    count = len(data.get("gpus") or []) or 1
+    gpus = "GPU" if count == 1 else f"{count} GPUs"
+    escalated = "Still wasted, " if data.get("escalated") else ""
+    return f"{escalated}{gpus} of a job unused or idle-held"
 
 
 def text_body(body: dict[str, Any], snooze_url: str | None) -> str:
@@ -106,6 +122,8 @@ def text_body(body: dict[str, Any], snooze_url: str | None) -> str:
         "gpu": data.get("gpu"),
         "linuxUsers": data.get("linuxUsers", []),
         "reservation": data.get("reservation"),
+        "job": data.get("job"),
+        "gpus": data.get("gpus") or [],
         "since": data.get("since", ""),
         "endedAt": data.get("endedAt"),
         "url": data.get("url"),

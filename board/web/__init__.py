@@ -15,6 +15,7 @@ from board.web import (
     directory_routes,
     energy_prices_routes,
     fleet_routes,
+    job_page_routes,
     money_routes,
     notices_routes,
     reservation_routes,
@@ -41,4 +42,5 @@ def install_web(app: FastAPI) -> None:
     app.include_router(money_routes.router)
     app.include_router(energy_prices_routes.router)
     app.include_router(budget_routes.router)
+    app.include_router(job_page_routes.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

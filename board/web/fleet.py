@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from board.fleet.schemas import GpuNow, GpuOut, GpuProcessCountOut, HostNow, HostOut
+from board.jobs.live import JobNow, JobNowOut, job_out
 from board.reservations.schemas import ReservationOut
 from board.rollups.crediting import billed_users, compute_holders
 
@@ -81,6 +82,10 @@ class Card:
     # Against the booking in force now (board.reservations.availability), and that booking.
     availability: str = "not_observed"
     reservation: ReservationOut | None = None
+    # The scheduler job allocated the GPU now (board.jobs.live) and "1 h 20 min" in its
+    # standing (rendered at the page's minute), "" when unknown.
+    job: JobNowOut | None = None
+    job_for: str = ""
 
     @property
     def memory_pct(self) -> float | None:
@@ -164,6 +169,7 @@ class Fleet:
                             c.state_since.isoformat() if c.state_since else None,
                             c.availability,
                             c.reservation.model_dump_json() if c.reservation else None,
+                            c.job.model_dump_json() if c.job else None,
                         )
                         for c in h.cards
                     ],
@@ -194,9 +200,11 @@ def _card(
     availability: str,
     reservation: ReservationOut | None,
     now: datetime | None,
+    job: JobNowOut | None = None,
 ) -> Card:
     state = gpu.usage_state if host.freshness in FRESH else "not_observed"
     since = gpu.state_since if state != "not_observed" else None
+    job_since = job.since if job is not None and job.standing is not None else None
     return Card(
         host_id=host.host_id,
         uuid=gpu.uuid,
@@ -216,6 +224,9 @@ def _card(
         state_for=duration(since, now) if now is not None else "",
         availability=availability,
         reservation=reservation,
+        job=job,
+        # The host page builds its cards without a clock: the job line has one anyway.
+        job_for=duration(job_since, now or datetime.now(UTC)),
     )
 
 
@@ -236,14 +247,20 @@ def card_of(host: HostOut, gpu: GpuOut | GpuProcessCountOut, now: datetime | Non
         if processes is not None
         else None
     )
-    return _card(host, gpu, holders, gpu.availability, gpu.reservation, now)
+    return _card(host, gpu, holders, gpu.availability, gpu.reservation, now, gpu.job)
 
 
 def card_now(host: HostOut, gpu: GpuNow, with_processes: bool, now: datetime | None) -> Card:
     """card_of for the fleet's read (board.fleet.service.fleet_hosts); holders only for
     roles that may see processes."""
     holders = billed_users(gpu.gpu.usage_state, gpu.holders) if with_processes else None
-    return _card(host, gpu.gpu, holders, gpu.availability, gpu.reservation, now)
+    job = _job_out(gpu.job, with_processes)
+    return _card(host, gpu.gpu, holders, gpu.availability, gpu.reservation, now, job)
+
+
+def _job_out(job: JobNow | None, with_processes: bool) -> JobNowOut | None:
+    # Built only for the few GPUs a job holds (a fleet page builds 2,400 cards).
+    return job_out(job, with_processes) if job is not None else None
 
 
 def _by_index(card: Card) -> tuple[int, str]:

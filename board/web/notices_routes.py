@@ -41,6 +41,7 @@ _CONDITION_LABELS = {
     "host.error": "Host in error",
     "gpu.missing": "GPU missing",
     "gpu.hot": "GPU hot",
+    "job.idle": "Job's GPUs unused",
 }
 EVENT_LABELS = {
     **_CONDITION_LABELS,

@@ -49,6 +49,10 @@ class WorkspaceSettings(ReadModel):
     max_sample_gap_history: list[SampleGapValue]
     # Fleet health: a GPU at or above this temperature is hot (board/health).
     hot_temperature_c: int
+    # Scheduler jobs: a job's GPU unused or idle-held this long is told to its user, this
+    # long to the account's contacts and the admins (board/notices/job_detect.py).
+    job_idle_notice_minutes: int
+    job_idle_escalate_minutes: int
 
 
 def _not_null(value: object) -> object:
@@ -116,6 +120,9 @@ class SettingsPatch(BaseModel):
     # The one setting that may be null: no daily digest.
     digest_hour: Annotated[int | None, Field(ge=0, le=23)] = None
     hot_temperature_c: Annotated[int | None, NotNull, Field(ge=30, le=120)] = None
+    # Checked against each other (escalate > notice) where the row's values are known.
+    job_idle_notice_minutes: Annotated[int | None, NotNull, Field(ge=1, le=10080)] = None
+    job_idle_escalate_minutes: Annotated[int | None, NotNull, Field(ge=2, le=10080)] = None
 
     @model_validator(mode="wrap")
     @classmethod

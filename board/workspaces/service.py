@@ -394,6 +394,17 @@ def parse_settings(changes: dict[str, object]) -> SettingsPatch:
         raise Unprocessable(exc.errors()[0]["msg"]) from None
 
 
+def _check_job_idle(workspace: Workspace, patch: SettingsPatch) -> None:
+    """The escalation comes after the notice, with the values the row will have."""
+    notice = patch.job_idle_notice_minutes or workspace.job_idle_notice_minutes
+    escalate = patch.job_idle_escalate_minutes or workspace.job_idle_escalate_minutes
+    if escalate <= notice:
+        raise Unprocessable(
+            f"jobIdleEscalateMinutes ({escalate}) must be more than "
+            f"jobIdleNoticeMinutes ({notice}): the account is told after the user."
+        )
+
+
 async def update_settings(
     session: AsyncSession, workspace: Workspace, patch: SettingsPatch, now: datetime | None = None
 ) -> dict[str, object]:
@@ -423,6 +434,7 @@ async def update_settings(
     # The row as it stands, locked: two admins' changes at once each record the value
     # the other left as "previous", not the one read when the request began.
     await session.refresh(workspace, with_for_update=True)
+    _check_job_idle(workspace, patch)
     for name, value in patch.changes().items():
         previous = getattr(workspace, name)
         setattr(workspace, name, value)

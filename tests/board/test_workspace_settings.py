@@ -104,6 +104,8 @@ async def test_settings_validation(app, client) -> None:
         "reservationIdleNoticeMinutes": 30,
         "digestHour": None,
         "hotTemperatureC": 85,
+        "jobIdleNoticeMinutes": 60,
+        "jobIdleEscalateMinutes": 105,
     }
 
 
