@@ -3,8 +3,12 @@ the hosts they name marked as cluster hosts. No figures are credited here (the s
 does that around this, board.jobs.service).
 
 The rule (docs/jobs.md, "Job records"): a record replaces what was known of its run
-(cluster, raw id, restart count): every field, and the allocation on each host it names;
-a host it does not name keeps its allocation, whose time range follows the run's.
+(cluster, raw id, restart count): its fields, and the allocation on each host it names;
+a host it does not name keeps its allocation, whose time range follows the run's. What a
+node cannot know does not erase what the controller said: an empty name, account or
+partition, or a display id that is only the raw id (a prolog has no array ids), keeps
+the stored one; and a run that ended stays ended (a requeue is a new run, so a record
+saying "running" after the end is a replayed prolog, not news).
 """
 
 from __future__ import annotations
@@ -28,10 +32,16 @@ _UPSERT_RUNS = """
         %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
         %s::timestamptz[]) AS r
     ON CONFLICT (workspace_id, cluster, raw_job_id, restart_count) DO UPDATE
-        SET job_id = EXCLUDED.job_id, linux_user = EXCLUDED.linux_user,
-            account = EXCLUDED.account, partition = EXCLUDED.partition,
-            name = EXCLUDED.name, state = EXCLUDED.state,
-            started_at = EXCLUDED.started_at, ended_at = EXCLUDED.ended_at,
+        SET job_id = CASE WHEN EXCLUDED.job_id = EXCLUDED.raw_job_id THEN j.job_id
+                          ELSE EXCLUDED.job_id END,
+            linux_user = EXCLUDED.linux_user,
+            account = coalesce(nullif(EXCLUDED.account, ''), j.account),
+            partition = coalesce(nullif(EXCLUDED.partition, ''), j.partition),
+            name = coalesce(nullif(EXCLUDED.name, ''), j.name),
+            state = CASE WHEN EXCLUDED.ended_at IS NULL AND j.ended_at IS NOT NULL
+                         THEN j.state ELSE EXCLUDED.state END,
+            started_at = EXCLUDED.started_at,
+            ended_at = coalesce(EXCLUDED.ended_at, j.ended_at),
             recorded_at = now()
     RETURNING j.id, j.cluster, j.raw_job_id, j.restart_count
 """

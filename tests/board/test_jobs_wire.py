@@ -157,6 +157,37 @@ async def test_a_later_record_replaces_the_run_and_its_devices_here(app: Any, cl
     ]
 
 
+async def test_a_node_never_erases_what_the_controller_said(app: Any, client: Any) -> None:
+    """A prolog knows no name, no array id and maybe no account; a prolog record replayed
+    from a node's spool after the epilog must not reopen the run."""
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant, hostname="node1")
+    headers = await scheduler(client, tenant)
+    bridge = job(
+        "74000_0",
+        rawJobId="74001",
+        name="sweep",
+        account="physics",
+        allocations=[{"hostname": "node1", "gpus": [0]}],
+    )
+    bridge.pop("gpus", None)
+    assert (await post_bridge(client, tenant.slug, headers, bridge)).status_code == 202
+    end = START + timedelta(minutes=30)
+    epilog = job("74001", name="", account="", state="COMPLETED", endedAt=end.isoformat(), gpus=[0])
+    assert (await post_node(client, host, epilog)).status_code == 202
+    prolog_again = job("74001", name="", account="", gpus=[0])
+    assert (await post_node(client, host, prolog_again)).status_code == 202
+    [run] = (await listed(client, tenant))["jobs"]
+    assert (run["jobId"], run["rawJobId"], run["name"], run["account"]) == (
+        "74000_0",
+        "74001",
+        "sweep",
+        "physics",
+    )
+    assert (run["state"], datetime.fromisoformat(run["endedAt"])) == ("COMPLETED", end)
+    assert await rows(app, "SELECT lower(during), upper(during) FROM job_gpus") == [(START, end)]
+
+
 async def test_a_node_speaks_for_its_own_host_only(app: Any, client: Any) -> None:
     tenant = await make_tenant(app, "acme")
     one, two = await enroll(client, tenant, "node1"), await enroll(client, tenant, "node2")
