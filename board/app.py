@@ -31,6 +31,7 @@ from board.hosts.freshness_metric import HostFreshness
 from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware
 from board.ingest.routes import router as ingest_router
+from board.jobs.report_routes import router as jobs_report_router
 from board.jsonbodies import refuse_wide_json_bodies
 from board.logs import RequestContextMiddleware, install_redaction
 from board.maintenance import maintenance_loop
@@ -176,6 +177,7 @@ def create_app(
     app.include_router(workspaces_router)
     app.include_router(me_router)
     app.include_router(reports_router)
+    app.include_router(jobs_report_router)
     app.include_router(reservations_router)
     app.include_router(calendar_router)
     app.include_router(directory_router)

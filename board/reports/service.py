@@ -27,6 +27,8 @@ from board.pricing.energy import (
     energy_rates,
     kwh,
 )
+from board.reportkit.figures import hours as hours
+from board.reportkit.figures import ratio as ratio
 from board.reportkit.params import HOUR, Window
 from board.reports import repository as repo
 from board.reports.energy import ENERGY_FIGURES, NO_ENERGY, add_energy, energy_sums
@@ -36,7 +38,6 @@ from board.reports.schemas import (
     UsageTotals,
     UtilizationHead,
 )
-from board.rollups.crediting import HOUR_US
 
 # Key fields each grouping puts on a row, and the SQL columns they come from.
 KEY_FIELDS = {
@@ -70,15 +71,6 @@ UTILIZATION_FIGURES = (
     "avgPowerW",
     "energyCoveredHours",
 )
-
-
-def hours(us: int) -> float:
-    """Microseconds as hours with 6 decimals, rounded half up in integer arithmetic."""
-    return (us + HOUR_US // 2_000_000) // (HOUR_US // 1_000_000) / 1e6
-
-
-def ratio(part: float, whole: float) -> float | None:
-    return None if whole == 0 else round(1e6 * part / whole) / 1e6
 
 
 def energy_fields(
