@@ -57,7 +57,9 @@ KEY_COLUMNS = {
 USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
 # Last on every usage row (after coveredGpuHours where there is one): board/pricing/cost.py.
 COST_FIGURES = ("cost", "currency")
-# ... and then its energy (board.reports.energy.ENERGY_FIGURES).
+# ... and then its energy (board.reports.energy.ENERGY_FIGURES), and on rows keyed by
+# user the time held outside any scheduler job of theirs (board.jobs; docs/jobs.md).
+OUTSIDE_FIGURES = ("outsideJobGpuHours",)
 UTILIZATION_FIGURES = (
     "bucketStart",
     "coveredHours",
@@ -276,6 +278,8 @@ async def usage_report(
                 time[3] = found[width]
                 figures[found[:width]] = (time, energy_sums(found[width + 1 :]))
         coverage = await report_coverage(conn, scope, window)
+        with_outside = "user" in keys
+        outside = await repo.outside_by(conn, scope, columns) if with_outside else {}
 
     host_ids = {k[columns.index("host_id")] for k in figures} if "host_id" in columns else set()
     gpu_ids = {k[columns.index("gpu_id")] for k in figures} if "gpu_id" in columns else set()
@@ -291,6 +295,8 @@ async def usage_report(
             row += (hours(covered),)
         add_energy(energy_total, energy)
         row += (amount(cost, currency), code, *energy_fields(energy, currency))
+        if with_outside:
+            row += (hours(outside.get(key, 0)),)
         ordered.append(row)
     ordered.sort(key=order)
 
@@ -310,6 +316,7 @@ async def usage_report(
         + (("coveredGpuHours",) if with_covered else ())
         + COST_FIGURES
         + ENERGY_FIGURES
+        + (OUTSIDE_FIGURES if with_outside else ())
     )
     rows = [dict(zip(columns, row, strict=True)) for row in ordered]
     return UsageReport(head, columns, rows, totals, coverage)
