@@ -60,6 +60,16 @@ _SUMS = """
     coalesce(sum(f.unused_us), 0)::bigint AS unused_us,
     coalesce(sum(f.util_us), 0) AS util_us,
     max(f.memory_mb) AS memory_mb"""
+# Per run (groupBy=job) each run is one row already: no regrouping by its eleven fields.
+_OWN = """
+    coalesce(a.allocated_us, 0)::bigint AS allocated_us,
+    coalesce(f.covered_us, 0)::bigint AS covered_us,
+    coalesce(f.active_us, 0)::bigint AS active_us,
+    coalesce(f.idle_us, 0)::bigint AS idle_us,
+    coalesce(f.foreign_us, 0)::bigint AS foreign_us,
+    coalesce(f.unused_us, 0)::bigint AS unused_us,
+    coalesce(f.util_us, 0) AS util_us,
+    f.memory_mb"""
 FIGURE_COLUMNS = (
     "allocated_us",
     "covered_us",
@@ -110,16 +120,18 @@ def keyed_sql(group: str, sort: str, filtered: bool) -> str:
     """Rows per run, Linux user, account (with its team) or partition."""
     columns, order = KEYS[group]
     team_join = _TEAM_JOIN if group == "account" else ""
-    group_by = ", ".join(str(i + 1) for i in range(KEY_WIDTH[group]))
+    group_by = ""
+    if group != "job":
+        group_by = "GROUP BY " + ", ".join(str(i + 1) for i in range(KEY_WIDTH[group]))
     return f"""
     WITH {_JOBS}, {_ALLOCATED}, {_FIGURES.format(only_jobs=_ONLY_JOBS if filtered else "")},
     grouped AS (
-        SELECT {columns}, {_SUMS}
+        SELECT {columns}, {_OWN if group == "job" else _SUMS}
         FROM jobs j
         LEFT JOIN allocated a ON a.job_id = j.id
         LEFT JOIN figures f ON f.job_id = j.id
         {team_join}
-        GROUP BY {group_by}
+        {group_by}
     )
     SELECT {_NAMES[group]}, {", ".join(FIGURE_COLUMNS)}{_TOTALS}
     FROM grouped
