@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
-from board.directory import service as directory
 from board.directory import accounts, teams
+from board.directory import service as directory
 from board.directory.schemas import AccountTeamIn, DirectoryEntryIn, TeamIn
 from board.errors import DomainError, Unprocessable
 from board.fleet import service as fleet_views
