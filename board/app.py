@@ -33,6 +33,7 @@ from board.httpserver import BodyDeadlineMiddleware
 from board.ingest.routes import router as ingest_router
 from board.jobs.routes import agent_router as jobs_agent_router
 from board.jobs.routes import router as jobs_router
+from board.jobs.report_routes import router as jobs_report_router
 from board.jsonbodies import refuse_wide_json_bodies
 from board.logs import RequestContextMiddleware, install_redaction
 from board.maintenance import maintenance_loop
@@ -178,6 +179,7 @@ def create_app(
     app.include_router(workspaces_router)
     app.include_router(me_router)
     app.include_router(reports_router)
+    app.include_router(jobs_report_router)
     app.include_router(reservations_router)
     app.include_router(calendar_router)
     app.include_router(directory_router)

@@ -76,3 +76,23 @@ class DirectoryTeam(Base):
             name="contact_email_length",
         ),
     )
+
+
+class AccountTeam(Base):
+    """A scheduler's (Slurm's) account and the team it belongs to, as an admin set it: a
+    job's account names the team its figures count for (docs/jobs.md)."""
+
+    __tablename__ = "account_teams"
+
+    workspace_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
+    )
+    account: Mapped[str] = mapped_column(Text)
+    team: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        PrimaryKeyConstraint("workspace_id", "account"),
+        CheckConstraint("length(account) BETWEEN 1 AND 64", name="account_length"),
+        CheckConstraint("length(team) BETWEEN 1 AND 100", name="team_length"),
+    )

@@ -51,6 +51,8 @@ class TeamOut(ReadModel):
 class DirectoryOut(ReadModel):
     entries: list[DirectoryEntryOut]
     teams: list[TeamOut]
+    # Scheduler accounts and their teams (AccountTeamOut, below).
+    accounts: list[AccountTeamOut]
 
 
 class DirectoryEntryIn(BaseModel):
@@ -66,3 +68,27 @@ class TeamIn(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, extra="forbid")
 
     contact_email: Email | None
+
+
+# A scheduler's account as a job record names it (Slurm's are short words).
+Account = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True, min_length=1, max_length=64, pattern=NO_CONTROL_OR_BIDI
+    ),
+]
+
+
+class AccountTeamOut(ReadModel):
+    """A scheduler's (Slurm's) account and the team its jobs count for."""
+
+    account: str
+    team: str
+
+
+class AccountTeamIn(BaseModel):
+    """`PUT …/directory/accounts/{account}`: the account's team (null: none)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True, extra="forbid")
+
+    team: Team | None

@@ -417,3 +417,40 @@ async def gpu_names(
         [workspace_id, sorted(ids)],
     )
     return {r[0]: GpuName(r[1], r[2], r[3], r[4]) for r in await cur.fetchall()}
+
+
+def outside_source(columns: Sequence[str]) -> str:
+    """Held time outside any job of its holder (board.jobs: outside_job_hours, credited
+    per GPU, Linux user and UTC hour on a cluster's hosts), as rows the usage keys read;
+    the directory joined only for a `team` column."""
+    team = "d.team" if "team" in columns else "NULL::text"
+    directory = (
+        "LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = o.linux_user"
+        if "team" in columns
+        else ""
+    )
+    return f"""
+    (SELECT o.gpu_id, o.host_id, o.linux_user, o.hour_start AS t, o.outside_us, {team} AS team
+     FROM outside_job_hours o
+     {directory}
+     WHERE o.workspace_id = %(ws)s AND o.hour_start >= %(start)s AND o.hour_start < %(end)s
+    ) AS r
+"""
+
+
+async def outside_by(
+    conn: psycopg.AsyncConnection[Any], scope: Scope, columns: Sequence[str]
+) -> dict[tuple[Any, ...], int]:
+    """(key columns...) -> µs held outside any job of the holder (user-keyed reports)."""
+    select, group = select_columns(columns)
+    cur = await conn.execute(
+        f"""
+        SELECT {select}, sum(outside_us)::bigint
+        FROM {outside_source(columns)}
+        GROUP BY {group}
+        HAVING sum(outside_us) <> 0
+        """,
+        scope.params(),
+    )
+    width = len(columns)
+    return {tuple(r[:width]): int(r[width]) for r in await cur.fetchall()}

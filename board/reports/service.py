@@ -27,6 +27,8 @@ from board.pricing.energy import (
     energy_rates,
     kwh,
 )
+from board.reportkit.figures import hours as hours
+from board.reportkit.figures import ratio as ratio
 from board.reportkit.params import HOUR, Window
 from board.reports import repository as repo
 from board.reports.energy import ENERGY_FIGURES, NO_ENERGY, add_energy, energy_sums
@@ -36,7 +38,6 @@ from board.reports.schemas import (
     UsageTotals,
     UtilizationHead,
 )
-from board.rollups.crediting import HOUR_US
 
 # Key fields each grouping puts on a row, and the SQL columns they come from.
 KEY_FIELDS = {
@@ -56,7 +57,9 @@ KEY_COLUMNS = {
 USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
 # Last on every usage row (after coveredGpuHours where there is one): board/pricing/cost.py.
 COST_FIGURES = ("cost", "currency")
-# ... and then its energy (board.reports.energy.ENERGY_FIGURES).
+# ... and then its energy (board.reports.energy.ENERGY_FIGURES), and on rows keyed by
+# user the time held outside any scheduler job of theirs (board.jobs; docs/jobs.md).
+OUTSIDE_FIGURES = ("outsideJobGpuHours",)
 UTILIZATION_FIGURES = (
     "bucketStart",
     "coveredHours",
@@ -70,15 +73,6 @@ UTILIZATION_FIGURES = (
     "avgPowerW",
     "energyCoveredHours",
 )
-
-
-def hours(us: int) -> float:
-    """Microseconds as hours with 6 decimals, rounded half up in integer arithmetic."""
-    return (us + HOUR_US // 2_000_000) // (HOUR_US // 1_000_000) / 1e6
-
-
-def ratio(part: float, whole: float) -> float | None:
-    return None if whole == 0 else round(1e6 * part / whole) / 1e6
 
 
 def energy_fields(
@@ -284,6 +278,8 @@ async def usage_report(
                 time[3] = found[width]
                 figures[found[:width]] = (time, energy_sums(found[width + 1 :]))
         coverage = await report_coverage(conn, scope, window)
+        with_outside = "user" in keys
+        outside = await repo.outside_by(conn, scope, columns) if with_outside else {}
 
     host_ids = {k[columns.index("host_id")] for k in figures} if "host_id" in columns else set()
     gpu_ids = {k[columns.index("gpu_id")] for k in figures} if "gpu_id" in columns else set()
@@ -299,6 +295,8 @@ async def usage_report(
             row += (hours(covered),)
         add_energy(energy_total, energy)
         row += (amount(cost, currency), code, *energy_fields(energy, currency))
+        if with_outside:
+            row += (hours(outside.get(key, 0)),)
         ordered.append(row)
     ordered.sort(key=order)
 
@@ -318,6 +316,7 @@ async def usage_report(
         + (("coveredGpuHours",) if with_covered else ())
         + COST_FIGURES
         + ENERGY_FIGURES
+        + (OUTSIDE_FIGURES if with_outside else ())
     )
     rows = [dict(zip(columns, row, strict=True)) for row in ordered]
     return UsageReport(head, columns, rows, totals, coverage)

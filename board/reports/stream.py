@@ -124,10 +124,10 @@ _USAGE_SQL = """
         FROM {user_source}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
-    ){covered_cte}
+    ){covered_cte}{outside_cte}
     SELECT {columns}, coalesce(held, 0), coalesce(active, 0), coalesce(idle_held, 0),
-           {covered}, cost_n, {energy}
-    FROM held {covered_join}
+           {covered}, cost_n, {outside}, {energy}
+    FROM held {covered_join} {outside_join}
     {order_joins}
     ORDER BY {order}
 """
@@ -138,6 +138,25 @@ _COVERED_CTE = """,
         GROUP BY {group}
         HAVING sum(covered_us) <> 0
     )"""
+# Rows keyed by user: the time held outside any job of the holder (board.jobs).
+_OUTSIDE_CTE = """,
+    outside AS (
+        SELECT {select}, sum(outside_us)::bigint AS outside
+        FROM {outside_source}
+        GROUP BY {group}
+    )"""
+
+
+def _outside_join(columns: tuple[str, ...]) -> str:
+    """The outside CTE joined to the held rows by their key; a user without a team has
+    team NULL on both sides (IS NOT DISTINCT FROM), every other key column is never NULL
+    (plain equality, so the join may hash)."""
+    renamed = ", ".join(f"{c} AS o_{c}" for c in columns)
+    on = " AND ".join(
+        f"held.{c} IS NOT DISTINCT FROM o.o_{c}" if c == "team" else f"held.{c} = o.o_{c}"
+        for c in columns
+    )
+    return f"LEFT JOIN (SELECT {renamed}, outside FROM outside) AS o ON {on}"
 
 
 def _usage_sql(
@@ -148,8 +167,8 @@ def _usage_sql(
     rated: bool,
 ) -> str:
     """Per key: held, active and idle-held (and covered) microseconds, the cost
-    numerator and the energy sums (the GPUs' with covered time, else the users'), in
-    body order."""
+    numerator, the µs outside any job (keyed by user; else 0) and the energy sums (the
+    GPUs' with covered time, else the users'), in body order."""
     select, group = repo.select_columns(columns)
     order: list[str] = []
     joins: list[str] = []
@@ -170,6 +189,7 @@ def _usage_sql(
             order += [f"{key}_order.ord", column]
     source = "gpu" if with_covered else "user"
     energy = named_energy_sql(source, rated)
+    with_outside = "user" in keys
     return _USAGE_SQL.format(
         select=select,
         group=group,
@@ -182,6 +202,13 @@ def _usage_sql(
         else "",
         columns=", ".join(columns),
         covered="coalesce(covered, 0)" if with_covered else "0",
+        outside_cte=_OUTSIDE_CTE.format(
+            select=select, outside_source=repo.outside_source(columns), group=group
+        )
+        if with_outside
+        else "",
+        outside="coalesce(outside, 0)" if with_outside else "0",
+        outside_join=_outside_join(columns) if with_outside else "",
         # Rows only one side of the FULL JOIN has: no energy rather than NULL.
         energy=", ".join(
             f"coalesce({c}, 0)" if i < 4 else c for i, c in enumerate(energy_columns(rated))
@@ -221,6 +248,7 @@ async def prepare_usage(
     scope = await service.usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
     columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)
+    with_outside = "user" in keys
     currency = await workspace_currency(conn, workspace_id)
     code = currency.code if currency else None
     pricing = await window_pricing(conn, workspace_id, window.start, window.end)
@@ -239,6 +267,7 @@ async def prepare_usage(
         + (("coveredGpuHours",) if with_covered else ())
         + service.COST_FIGURES
         + ENERGY_FIGURES
+        + (service.OUTSIDE_FIGURES if with_outside else ())
     )
     position = {c: i for i, c in enumerate(columns)}
 
@@ -291,8 +320,10 @@ async def prepare_usage(
             # Money with the currency's own digits ("19.22"), as statements.
             figures.append(amount_text(exact(cost_n), currency) if currency else "")
             figures.append(code or "")
-            energy = service.energy_fields(energy_sums(row[width + 5 :]), currency, text=True)
+            energy = service.energy_fields(energy_sums(row[width + 6 :]), currency, text=True)
             figures += [six(value) for value in energy]
+            if with_outside:
+                figures.append(f"{hours(row[width + 5]):.6f}")
             keyed = ",".join([text(row) for text in key_texts])
             lines.append(f"{keyed},{','.join(figures)}{LINE_END}")
         return "".join(lines).encode()
@@ -325,7 +356,7 @@ async def prepare_usage(
                 energies = []
                 for row in rows:
                     held, active, idle_held, covered, cost_n = row[width : width + 5]
-                    energy = energy_sums(row[width + 5 :])
+                    energy = energy_sums(row[width + 6 :])
                     energies.append(energy)
                     cost = exact(cost_n)
                     cost_total += cost
@@ -345,6 +376,8 @@ async def prepare_usage(
                         code,
                         *service.energy_fields(energy, currency),
                     )
+                    if with_outside:
+                        figures += (service.hours(row[width + 5]),)
                     built.append(key_values(row) + figures)
                 energy_total = summed(energy_total, energies)
                 body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])

@@ -16,6 +16,7 @@ from board.web import (
     energy_prices_routes,
     fleet_routes,
     job_page_routes,
+    jobs_report_routes,
     money_routes,
     notices_routes,
     reservation_routes,
@@ -33,6 +34,7 @@ def install_web(app: FastAPI) -> None:
     app.include_router(fleet_routes.router)
     app.include_router(capacity_routes.router)
     app.include_router(usage_routes.router)
+    app.include_router(jobs_report_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(audit_routes.router)
     app.include_router(notices_routes.router)

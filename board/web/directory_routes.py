@@ -14,9 +14,9 @@ from pydantic import ValidationError
 
 from board.db.connection import report_connection
 from board.db.deps import SessionDep
+from board.directory import accounts, teams
 from board.directory import service as directory
-from board.directory import teams
-from board.directory.schemas import DirectoryEntryIn, TeamIn
+from board.directory.schemas import AccountTeamIn, DirectoryEntryIn, TeamIn
 from board.errors import DomainError, Unprocessable
 from board.fleet import service as fleet_views
 from board.web.deps import AdminPageDep, CsrfDep, Page
@@ -48,6 +48,10 @@ async def _page(
         "members": await workspaces.list_members(db, page.ctx.workspace_id),
         # Each team's contact, whom its budget notices go to (docs/budgets.md).
         "teams": await teams.teams(await report_connection(db), page.ctx.workspace_id),
+        # Slurm accounts and their teams (docs/jobs.md).
+        "accounts": await accounts.account_teams(
+            await report_connection(db), page.ctx.workspace_id
+        ),
         "saved": saved,
         "error": error,
     }
@@ -110,6 +114,33 @@ async def save_team(
         await teams.put_team(db, page.ctx, team, body)
         return redirect(
             request, f"/w/{page.slug}/admin/directory?saved={quote(team[:64], safe='')}#teams"
+        )
+
+    async def refused(exc: DomainError) -> Response:
+        return await _page(request, page, db, exc.status_code, exc.detail)
+
+    return await submit(db, page, save, refused)
+
+
+@router.post("/accounts")
+async def save_account(
+    request: Request,
+    _csrf: CsrfDep,
+    page: AdminPageDep,
+    db: SessionDep,
+    account: Annotated[str, Form(max_length=200)] = "",
+    team: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """Map a scheduler account to a team (or forget it, the team left empty)."""
+
+    async def save() -> Response:
+        try:
+            body = AccountTeamIn.model_validate({"team": team.strip() or None})
+        except ValidationError as exc:
+            raise Unprocessable(f"team: {exc.errors()[0]['msg']}") from None
+        await accounts.put_account(db, page.ctx, account, body)
+        return redirect(
+            request, f"/w/{page.slug}/admin/directory?saved={quote(account[:64], safe='')}#accounts"
         )
 
     async def refused(exc: DomainError) -> Response:

@@ -141,6 +141,7 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "energyCoveredHours",
         "energyCost",
         "co2eKg",
+        "outsideJobGpuHours",
     ]
     # The team a spreadsheet would run as a formula is shown as text.
     assert lines[1][0] == '\'=HYPERLINK("http://evil.example")'
@@ -159,6 +160,7 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "3.000000",
         "",
         "",
+        "0.000000",  # nothing credited outside a scheduler job
     ]
     assert lines[2] == [
         "",
@@ -175,6 +177,7 @@ async def test_csv_carries_team_and_cost(app, client) -> None:
         "3.000000",
         "",
         "",
+        "0.000000",
     ]
 
 

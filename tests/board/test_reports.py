@@ -242,11 +242,12 @@ async def test_csv_has_the_same_rows(app, client) -> None:
     lines = r.text.splitlines()
     assert lines[0] == (
         "user,day,heldGpuHours,activeGpuHours,idleHeldGpuHours,idleHeldShare,cost,currency,"
-        "energyKWh,activeEnergyKWh,idleHeldEnergyKWh,energyCoveredHours,energyCost,co2eKg"
+        "energyKWh,activeEnergyKWh,idleHeldEnergyKWh,energyCoveredHours,energyCost,co2eKg,"
+        "outsideJobGpuHours"
     )
     assert lines[1] == (
         f"alice,{_day(-1)},0.250000,0.000000,0.250000,1.000000,,,"
-        "0.025000,0.000000,0.025000,0.250000,,"
+        "0.025000,0.000000,0.025000,0.250000,,,0.000000"
     )
     assert len(lines) == 5
 
