@@ -31,9 +31,9 @@ from board.hosts.freshness_metric import HostFreshness
 from board.hosts.routes import router as hosts_router
 from board.httpserver import BodyDeadlineMiddleware
 from board.ingest.routes import router as ingest_router
+from board.jobs.report_routes import router as jobs_report_router
 from board.jobs.routes import agent_router as jobs_agent_router
 from board.jobs.routes import router as jobs_router
-from board.jobs.report_routes import router as jobs_report_router
 from board.jsonbodies import refuse_wide_json_bodies
 from board.logs import RequestContextMiddleware, install_redaction
 from board.maintenance import maintenance_loop
