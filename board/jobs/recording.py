@@ -7,8 +7,11 @@ The rule (docs/jobs.md, "Job records"): a record replaces what was known of its 
 a host it does not name keeps its allocation, whose time range follows the run's. What a
 node cannot know does not erase what the controller said: an empty name, account or
 partition, or a display id that is only the raw id (a prolog has no array ids), keeps
-the stored one; and a run that ended stays ended (a requeue is a new run, so a record
-saying "running" after the end is a replayed prolog, not news).
+the stored one. And a node never reopens a run that ended: a node's prolog comes before
+its epilog, and a requeue is a new run, so a node's record saying "running" after an
+end is one replayed from its spool (the board was down), older than the end it would
+undo. The controller's bridge sees the scheduler's present state and may reopen a run it
+closed by mistake.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ _UPSERT_RUNS = """
             account = coalesce(nullif(EXCLUDED.account, ''), j.account),
             partition = coalesce(nullif(EXCLUDED.partition, ''), j.partition),
             name = coalesce(nullif(EXCLUDED.name, ''), j.name),
-            state = CASE WHEN EXCLUDED.ended_at IS NULL AND j.ended_at IS NOT NULL
+            state = CASE WHEN %s AND EXCLUDED.ended_at IS NULL AND j.ended_at IS NOT NULL
                          THEN j.state ELSE EXCLUDED.state END,
             started_at = EXCLUDED.started_at,
-            ended_at = coalesce(EXCLUDED.ended_at, j.ended_at),
+            ended_at = CASE WHEN %s THEN coalesce(EXCLUDED.ended_at, j.ended_at)
+                            ELSE EXCLUDED.ended_at END,
             recorded_at = now()
     RETURNING j.id, j.cluster, j.raw_job_id, j.restart_count
 """
@@ -78,7 +82,11 @@ _CLUSTER_HOSTS = """
 
 
 async def store_records(
-    session: AsyncSession, workspace_id: int, records: Sequence[JobRecord]
+    session: AsyncSession,
+    workspace_id: int,
+    records: Sequence[JobRecord],
+    *,
+    from_node: bool = False,
 ) -> None:
     """Store the records (at most one per run) in the request's transaction.
 
@@ -90,14 +98,17 @@ async def store_records(
     conn = await report_connection(session)
     # Key order, so two requests with overlapping runs lock their rows in the same order.
     ordered = sorted(records, key=lambda r: (r.cluster, r.raw_job_id, r.restart_count))
-    ids = await _upsert_runs(conn, workspace_id, ordered)
+    ids = await _upsert_runs(conn, workspace_id, ordered, from_node)
     await conn.execute(_FOLLOW_RUNS, [workspace_id, list(ids.values())])
     await _replace_named(conn, workspace_id, ordered, ids)
     await _mark_cluster_hosts(conn, workspace_id, ordered)
 
 
 async def _upsert_runs(
-    conn: psycopg.AsyncConnection[Any], workspace_id: int, records: Sequence[JobRecord]
+    conn: psycopg.AsyncConnection[Any],
+    workspace_id: int,
+    records: Sequence[JobRecord],
+    from_node: bool,
 ) -> dict[tuple[str, str, int], int]:
     columns: list[list[Any]] = [[] for _ in range(12)]
     for r in records:
@@ -117,7 +128,7 @@ async def _upsert_runs(
         )
         for column, value in zip(columns, row, strict=True):
             column.append(value)
-    cur = await conn.execute(_UPSERT_RUNS, [workspace_id, *columns])
+    cur = await conn.execute(_UPSERT_RUNS, [workspace_id, *columns, from_node, from_node])
     return {(c, raw, n): int(i) for i, c, raw, n in await cur.fetchall()}
 
 

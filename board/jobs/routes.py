@@ -64,7 +64,7 @@ async def post_node_jobs(
     """Each record names this host (the token's, never one the body names) and the devices
     (Slurm's GRES IDX) the job holds here; it replaces what was known of the run here."""
     records = intake.node_records(body.jobs, host.host_id)
-    await service.record_jobs(session, host.workspace_id, records)
+    await service.record_jobs(session, host.workspace_id, records, from_node=True)
     return JobsAccepted(accepted=len(records))
 
 

@@ -19,10 +19,15 @@ from board.jobs.store import load_cluster_since, load_run_gpus, load_run_hosts
 
 
 async def record_jobs(
-    session: AsyncSession, workspace_id: int, records: Sequence[JobRecord]
+    session: AsyncSession,
+    workspace_id: int,
+    records: Sequence[JobRecord],
+    *,
+    from_node: bool = False,
 ) -> None:
-    """Store the records (a later one of a run replaces the earlier) and re-credit the
-    intervals stored already that their runs' old and new ranges cover."""
+    """Store the records (a later one of a run replaces the earlier; `from_node`: sent by
+    a node, which never reopens an ended run) and re-credit the intervals stored already
+    that their runs' old and new ranges cover."""
     if not records:
         return
     conn = await report_connection(session)
@@ -32,6 +37,6 @@ async def record_jobs(
     before = await load_run_gpus(conn, workspace_id, runs)
     known = await load_cluster_since(conn, workspace_id, named)
     since_before = {host: known.get(host) for host in named}
-    await recording.store_records(session, workspace_id, records)
+    await recording.store_records(session, workspace_id, records, from_node=from_node)
     after = await load_run_gpus(conn, workspace_id, runs)
     await recredit_runs(conn, workspace_id, before, after, since_before=since_before)
