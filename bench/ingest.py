@@ -471,8 +471,9 @@ _JOBS_AN_HOUR_BACK = """
     SELECT g.workspace_id, gen_random_uuid(), 'bench', g.id::text, g.id::text, 'alice',
            'RUNNING', date_trunc('hour', now()) - interval '1 hour'
     FROM gpus g;
-    INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during)
-    SELECT j.workspace_id, j.id, g.host_id, g.gpu_index, tstzrange(j.started_at, NULL)
+    INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during, linux_user)
+    SELECT j.workspace_id, j.id, g.host_id, g.gpu_index, tstzrange(j.started_at, NULL),
+           j.linux_user
     FROM scheduler_jobs j JOIN gpus g ON g.id::text = j.raw_job_id;
     INSERT INTO cluster_hosts (workspace_id, host_id, cluster, since)
     SELECT workspace_id, id, 'bench', date_trunc('hour', now()) - interval '1 hour' FROM hosts;

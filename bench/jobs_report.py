@@ -138,15 +138,16 @@ def load(url: str, days: int, end: datetime) -> tuple[int, int, int]:
                                 ended,
                             )
                         )
-                        allocations.append((job_id, host, pair, at, ended))
+                        allocations.append((job_id, host, pair, at, ended, f"user{user:03d}"))
                         at += length + timedelta(minutes=rng.randrange(0, 30))
         with conn.cursor().copy(
-            "COPY job_gpus (workspace_id, job_id, host_id, device, during) FROM STDIN"
+            "COPY job_gpus (workspace_id, job_id, host_id, device, during, linux_user) FROM STDIN"
         ) as gpus_copy:
-            for job, host, pair, at, ended in allocations:
+            for job, host, pair, at, ended, user_name in allocations:
                 upper = ended.isoformat() if ended else ""
                 for device in (2 * pair, 2 * pair + 1):
-                    gpus_copy.write_row((ws, job, host, device, f"[{at.isoformat()},{upper})"))
+                    row = (ws, job, host, device, f"[{at.isoformat()},{upper})", user_name)
+                    gpus_copy.write_row(row)
         figures = conn.execute(_FIGURES, {"ws": ws, "end": end}).rowcount
         conn.commit()
     with psycopg.connect(url, autocommit=True) as conn:

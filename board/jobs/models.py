@@ -76,8 +76,10 @@ class JobGpu(Base):
     job_id: Mapped[int] = mapped_column(BigInteger)
     host_id: Mapped[int] = mapped_column(BigInteger)
     device: Mapped[int] = mapped_column(Integer)
-    # The job's [startedAt, endedAt) (unbounded above while it runs), copied for the index.
+    # The job's [startedAt, endedAt) (unbounded above while it runs) and its Linux user,
+    # copied here: the ingest path reads them per batch with no join to the runs.
     during: Mapped[Range[datetime]] = mapped_column(TSTZRANGE)
+    linux_user: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "job_id", "host_id", "device"),

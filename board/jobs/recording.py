@@ -4,7 +4,7 @@ does that around this, board.jobs.service).
 
 The rule (docs/jobs.md, "Job records"): a record replaces what was known of its run
 (cluster, raw id, restart count): its fields, and the allocation on each host it names;
-a host it does not name keeps its allocation, whose time range follows the run's. What a
+a host it does not name keeps its allocation, whose time range (and user) follow the run's. What a
 node cannot know does not erase what the controller said: an empty name, account or
 partition, or a display id that is only the raw id (a prolog has no array ids), keeps
 the stored one. And a node never reopens a run that ended: a node's prolog comes before
@@ -52,11 +52,13 @@ _UPSERT_RUNS = """
 
 # Every allocation of these runs follows its run's [started_at, ended_at), named or not.
 _FOLLOW_RUNS = """
-    UPDATE job_gpus jg SET during = tstzrange(j.started_at, j.ended_at, '[)')
+    UPDATE job_gpus jg SET during = tstzrange(j.started_at, j.ended_at, '[)'),
+                           linux_user = j.linux_user
     FROM scheduler_jobs j
     WHERE j.workspace_id = %s AND j.id = ANY(%s::bigint[])
       AND jg.workspace_id = j.workspace_id AND jg.job_id = j.id
-      AND jg.during IS DISTINCT FROM tstzrange(j.started_at, j.ended_at, '[)')
+      AND (jg.during IS DISTINCT FROM tstzrange(j.started_at, j.ended_at, '[)')
+           OR jg.linux_user IS DISTINCT FROM j.linux_user)
 """
 
 _DROP_NAMED = """
@@ -66,8 +68,9 @@ _DROP_NAMED = """
 """
 
 _INSERT_DEVICES = """
-    INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during)
-    SELECT %s, d.job_id, d.host_id, d.device, tstzrange(j.started_at, j.ended_at, '[)')
+    INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during, linux_user)
+    SELECT %s, d.job_id, d.host_id, d.device, tstzrange(j.started_at, j.ended_at, '[)'),
+           j.linux_user
     FROM unnest(%s::bigint[], %s::bigint[], %s::int[]) AS d(job_id, host_id, device)
     JOIN scheduler_jobs j ON j.workspace_id = %s AND j.id = d.job_id
 """

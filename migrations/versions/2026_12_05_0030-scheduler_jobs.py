@@ -117,6 +117,7 @@ def upgrade() -> None:
         sa.Column("host_id", sa.BigInteger(), nullable=False),
         sa.Column("device", sa.Integer(), nullable=False),
         sa.Column("during", postgresql.TSTZRANGE(), nullable=False),
+        sa.Column("linux_user", sa.Text(), nullable=False),
         sa.CheckConstraint("device >= 0", name=op.f("ck_job_gpus_device_not_negative")),
         sa.ForeignKeyConstraint(
             ["workspace_id", "host_id"],

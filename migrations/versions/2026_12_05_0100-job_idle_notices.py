@@ -25,9 +25,7 @@ def upgrade() -> None:
     )
     op.add_column(
         "workspaces",
-        sa.Column(
-            "job_idle_escalate_minutes", sa.Integer(), server_default="105", nullable=False
-        ),
+        sa.Column("job_idle_escalate_minutes", sa.Integer(), server_default="105", nullable=False),
     )
     op.create_check_constraint(
         "job_idle_notice_range",

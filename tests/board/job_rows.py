@@ -53,12 +53,14 @@ async def add_job(
     for device in devices:
         await execute(
             app,
-            "INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during) "
-            "SELECT workspace_id, %s, id, %s, tstzrange(%s, %s) FROM hosts WHERE id = %s",
+            "INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during, linux_user) "
+            "SELECT workspace_id, %s, id, %s, tstzrange(%s, %s), "
+            "(SELECT linux_user FROM scheduler_jobs WHERE id = %s) FROM hosts WHERE id = %s",
             job,
             device,
             started,
             ended,
+            job,
             host,
         )
     return str(public)

@@ -87,9 +87,10 @@ async def add_job(
         assert row is not None
         for device in devices:
             await conn.execute(
-                "INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during) "
-                "VALUES (%s, %s, %s, %s, tstzrange(%s, %s))",
-                [where.ws, row[0], where.host_id, device, started, ended],
+                "INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during, linux_user) "
+                "SELECT %s, %s, %s, %s, tstzrange(%s, %s), "
+                "(SELECT linux_user FROM scheduler_jobs WHERE id = %s)",
+                [where.ws, row[0], where.host_id, device, started, ended, row[0]],
             )
     return int(row[0]), public_id
 

@@ -61,9 +61,10 @@ async def _jobs(demo: Any) -> dict[str, str]:
             assert row is not None
             for device, (gpu_id, active, idle, unused) in enumerate(gpus):
                 await conn.execute(
-                    "INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during) "
-                    "VALUES (%s, %s, %s, %s, tstzrange(%s, %s))",
-                    [ws, row[0], host, device, begin, begin + timedelta(hours=2)],
+                    "INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during, "
+                    "linux_user) SELECT %s, %s, %s, %s, tstzrange(%s, %s), "
+                    "(SELECT linux_user FROM scheduler_jobs WHERE id = %s)",
+                    [ws, row[0], host, device, begin, begin + timedelta(hours=2), row[0]],
                 )
                 for hour in (begin, begin + timedelta(hours=1)):
                     parts = [round(x * HOUR_US) for x in (active, idle, unused)]
