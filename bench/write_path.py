@@ -1,6 +1,7 @@
 """The ingest write path alone: `store_batch` on one connection, no HTTP, no contention.
 
     .venv/bin/python bench/write_path.py [--hosts 300] [--rounds 20] [--batch 48] [--profile]
+                                         [--jobs]
 
 Creates a scratch database (dropped at the end), --hosts hosts, and pushes --rounds
 in-order 8-GPU / 16-process snapshots per host (the payload of bench/ingest.py) through
@@ -29,8 +30,9 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import scratch_database, server_version  # noqa: E402
-from ingest import snapshot  # noqa: E402
+from ingest import _JOBS_AN_HOUR_BACK, snapshot  # noqa: E402
 
+from board.app import tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
 from board.ingest.normalize import Observation  # noqa: E402
 from board.ingest.schemas import SnapshotIn  # noqa: E402
@@ -81,6 +83,7 @@ def bodies(hosts: list[tuple[int, int]], rounds: int, start: datetime) -> list[l
 
 
 async def run(args: argparse.Namespace, url: str) -> None:
+    tune_gc()  # as a board worker does
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         hosts = await setup(conn, args.hosts, args.fillfactor)
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=30 * args.rounds + 60)
@@ -108,6 +111,9 @@ async def run(args: argparse.Namespace, url: str) -> None:
         warm = -(-len(hosts) // args.batch)
         for batch in batches[:warm]:
             await store_batch(conn, batch, cache)
+        if args.jobs:  # the GPUs are known now: a running job on each (bench/ingest.py)
+            await conn.execute(_JOBS_AN_HOUR_BACK)
+            await conn.commit()
         measured = batches[warm:]
         wall0, cpu0, pg0 = time.perf_counter(), time.process_time(), backend_cpu(pid)
         if profile is not None:
@@ -128,7 +134,10 @@ async def run(args: argparse.Namespace, url: str) -> None:
     if args.stats:
         await print_table_stats(url)
     if profile is not None:
-        pstats.Stats(profile).sort_stats(args.sort).print_stats(40)
+        stats = pstats.Stats(profile).sort_stats(args.sort)
+        stats.print_stats(40)
+        if args.callers:
+            stats.print_callers(args.callers)
 
 
 async def print_table_stats(url: str) -> None:
@@ -162,7 +171,11 @@ def main() -> None:
         "--fillfactor", type=int, help="set this fillfactor on the updated tables first"
     )
     parser.add_argument("--stats", action="store_true", help="print per-table update counts")
+    parser.add_argument(
+        "--jobs", action="store_true", help="a running scheduler job on every GPU (after round 1)"
+    )
     parser.add_argument("--sort", default="cumulative", help="cProfile order (--profile)")
+    parser.add_argument("--callers", help="with --profile: who calls the functions matching this")
     args = parser.parse_args()
     with scratch_database("gua_bench_write") as url:
         upgrade(url)

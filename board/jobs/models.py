@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import TSTZRANGE, Range
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
+from board.rollups.models import UPDATED_IN_PLACE
 
 
 class SchedulerJob(Base):
@@ -144,6 +145,9 @@ class JobHourFigure(Base):
             ondelete="CASCADE",
         ),
         Index("ix_job_hour_figures_workspace_hour", "workspace_id", "hour_start"),
+        # Updated by every batch like the hourly rollups: room on each page keeps the
+        # updates HOT (no new entry in either index).
+        {"postgresql_with": UPDATED_IN_PLACE},
     )
 
 
@@ -163,4 +167,5 @@ class OutsideJobHour(Base):
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "gpu_id", "linux_user", "hour_start"),
         Index("ix_outside_job_hours_workspace_hour", "workspace_id", "hour_start"),
+        {"postgresql_with": UPDATED_IN_PLACE},
     )

@@ -172,6 +172,9 @@ def upgrade() -> None:
         unique=False,
     )
     op.add_column("gpus", sa.Column("minor_number", sa.Integer(), nullable=True))
+    # Updated by every ingest batch, like the hourly rollups: room for HOT updates.
+    for table in ("job_hour_figures", "outside_job_hours"):
+        op.execute(f"ALTER TABLE {table} SET (fillfactor = 80)")
 
 
 def downgrade() -> None:
