@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -19,6 +20,11 @@ from board.jobs.crediting import JobDelta, JobGpuRange, OutsideView
 from board.rollups.crediting import HOUR_US, to_us
 from board.rollups.gaps import WIDEST_SQL
 
+# A range's ends as µs since the epoch (exact: extract() is numeric), so the rows read per
+# batch need no timestamp parsed and converted in Python; NULL: still running.
+US_OF_START = "(extract(epoch FROM lower(jg.during)) * 1000000)::bigint"
+US_OF_END = "(extract(epoch FROM upper(jg.during)) * 1000000)::bigint"
+
 # Each span's job GPUs found from its host (OFFSET 0 keeps the per-span index probe of
 # ix_job_gpus_host_end, as for bookings, board.reservations.store); a running job's
 # range is unbounded above (upper NULL). The user is job_gpus' copy: a lookup in
@@ -26,7 +32,7 @@ from board.rollups.gaps import WIDEST_SQL
 # analyzed, 14 ms a batch with 800 runs (docs/benchmarks.md). Every job of the host is
 # read, not only those of its GPUs' holders: the outside-job rule needs them all.
 _JOB_GPUS_OF_SPANS = """
-    SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, lower(jg.during), upper(jg.during),
+    SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, {US_OF_START}, {US_OF_END},
            jg.linux_user
     FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[])
          AS s(ws, host_id, lo, hi)
@@ -41,6 +47,9 @@ _JOB_GPUS_OF_SPANS = """
     JOIN gpus g ON g.workspace_id = jg.workspace_id AND g.host_id = jg.host_id
                AND coalesce(g.minor_number, g.gpu_index) = jg.device
 """
+_JOB_GPUS_OF_SPANS = _JOB_GPUS_OF_SPANS.replace("{US_OF_START}", US_OF_START).replace(
+    "{US_OF_END}", US_OF_END
+)
 _JOB_GPUS = _JOB_GPUS_OF_SPANS.format(widen="", gap="interval '0'")
 _BATCH_JOB_GPUS = _JOB_GPUS_OF_SPANS.format(
     widen=(
@@ -67,13 +76,19 @@ def _span_arrays(spans: Sequence[Span]) -> list[str]:
 
 
 def job_gpu_ranges(rows: Iterable[tuple[Any, ...]]) -> list[JobGpuRange]:
-    """Rows of (workspace, job, host, gpu, start, end or None, user) as ranges, once each."""
+    """Rows of (workspace, job, host, gpu, start µs, end µs or None, user) as ranges, once
+    each. Every ingest batch reads the same few hundred rows again: each is made once."""
     found: dict[tuple[int, int], JobGpuRange] = {}
-    for ws, job_id, host_id, gpu_id, start, end, user in rows:
-        found[(job_id, gpu_id)] = JobGpuRange.of(
-            ws, job_id, host_id, gpu_id, to_us(start), None if end is None else to_us(end), user
-        )
+    for row in rows:
+        found[(row[1], row[3])] = _job_gpu_range(*row)
     return [found[key] for key in sorted(found)]
+
+
+@lru_cache(maxsize=16_384)
+def _job_gpu_range(
+    ws: int, job_id: int, host_id: int, gpu_id: int, start: int, end: int | None, user: str
+) -> JobGpuRange:
+    return JobGpuRange.of(ws, job_id, host_id, gpu_id, start, end, user)
 
 
 def delta_of(ranges: Iterable[JobGpuRange], since: dict[int, datetime]) -> JobDelta:
@@ -111,8 +126,8 @@ async def load_cluster_since(
     return {int(host): since for host, since in await cur.fetchall()}
 
 
-_RUN_GPUS = """
-    SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, lower(jg.during), upper(jg.during),
+_RUN_GPUS = f"""
+    SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, {US_OF_START}, {US_OF_END},
            j.linux_user
     FROM unnest(%s::text[], %s::text[], %s::int[]) AS k(cluster, raw_job_id, restart_count)
     JOIN scheduler_jobs j ON j.workspace_id = %s AND j.cluster = k.cluster

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from board.rollups.crediting import GpuTick, Tick, billed_users, credit_insertion
+from board.rollups.crediting import UNKNOWN_USER, GpuTick, Tick, billed_users, credit_insertion
 
 if TYPE_CHECKING:
     from board.rollups.gaps import GapSchedule
@@ -32,6 +32,7 @@ SLOT_COLUMNS = ("covered_us", "mine_active_us", "mine_idle_us", "others_us", "un
 COVERED, MINE_ACTIVE, MINE_IDLE, OTHERS, UNUSED = range(len(SLOT_COLUMNS))
 # A range still open (a running job): past any observation.
 OPEN_END_US = 2**62
+_NOBODY_NAMED = (UNKNOWN_USER,)
 
 
 class Allocation(Protocol):
@@ -82,19 +83,29 @@ class AllocationDelta(Generic[A]):
         self, opener: Tick, hour_us: int, start_us: int, end_us: int, sign: int
     ) -> None:
         """Each allocated GPU's piece, clipped to each of its allocations, to its slot."""
+        allocations = self.allocations
         for g in opener.gpus:
-            allocated = self.allocations.get(g.gpu_id)
+            allocated = allocations.get(g.gpu_id)
             if not allocated:
                 continue
+            # classify(), inlined (the ingest path runs this per GPU and interval piece):
+            # billed_users(state, holders), then the slot of each allocation's users.
+            users = g.holders or (_NOBODY_NAMED if g.state != "idle" else ())
+            mine = MINE_ACTIVE if g.state == "active" else MINE_IDLE
             for allocation, allocation_sign in allocated:
-                lo = max(start_us, allocation.start_us)
-                hi = min(end_us, allocation.end_us)
+                lo = start_us if start_us > allocation.start_us else allocation.start_us
+                hi = end_us if end_us < allocation.end_us else allocation.end_us
                 if lo >= hi:
                     continue
                 row = self.row(allocation, opener.host_id, g.gpu_id, hour_us)
                 signed = sign * allocation_sign * (hi - lo)
                 row[COVERED] += signed
-                row[classify(g.state, g.holders, allocation.linux_users)] += signed
+                if not users:
+                    row[UNUSED] += signed
+                elif allocation.linux_users.isdisjoint(users):
+                    row[OTHERS] += signed
+                else:
+                    row[mine] += signed
                 self.add_more(row, g, signed)
 
     def wants_pieces(self) -> bool:
