@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from agent import AGENT_VERSION
-from agent.model import ERROR_NVML_INIT_FAILED, Collection, GpuReading, ProcessReading
+from agent.model import (
+    ERROR_NVML_INIT_FAILED,
+    Collection,
+    GpuReading,
+    ProcessReading,
+    UsageState,
+)
 from agent.payload import HostIdentity, build_observation, encode_observation
 from agent.procinfo import ProcInfo
 from tests.slurm.cluster import SlurmCluster, wait_until
@@ -69,6 +75,8 @@ class Site:
         self.done = root / "hooks-done"
         self.done.mkdir(exist_ok=True)
         self.proc = ProcInfo()
+        assert slurm.layout is not None, "the cluster is not started"
+        self.cluster = slurm.layout.cluster_name
 
     @classmethod
     def set_up(cls, board: LiveBoard, slurm: SlurmCluster, root: Path) -> Site:
@@ -90,9 +98,11 @@ class Site:
 
     # ---- the agent's command line ------------------------------------------------------
 
-    def agent(self, *args: str, stdin: str | None = None, env: Mapping[str, str] = {}) -> str:
+    def agent(
+        self, *args: str, stdin: str | None = None, env: Mapping[str, str] | None = None
+    ) -> str:
         environment = self.slurm.env()
-        environment.update(env)
+        environment.update(env or {})
         environment["PYTHONPATH"] = os.pathsep.join([str(REPO), environment.get("PYTHONPATH", "")])
         done = subprocess.run(
             [sys.executable, "-m", "agent", *args],
@@ -112,7 +122,7 @@ class Site:
         config = self.root / f"{name}.json"
         self.agent(
             "enroll", "--server-url", self.board.url, "--enrollment-token", "-",
-            "--cluster", self.slurm.layout.cluster_name if self.slurm.layout else "",
+            "--cluster", self.cluster,
             "--config", str(config),
             stdin=issued["enrollmentToken"] + "\n",
         )  # fmt: skip
@@ -184,7 +194,7 @@ class Site:
         for index, minor in enumerate(node.minors):
             util, pids = gpus.get(minor, (IDLE_UTIL, ()))
             processes = tuple(self.process(pid) for pid in pids)
-            state = "idle" if not processes else "active" if util > 5 else "idle_held"
+            state: UsageState = "idle" if not processes else "active" if util > 5 else "idle_held"
             readings.append(
                 GpuReading(
                     index=index,
@@ -212,8 +222,9 @@ class Site:
     def _push(self, node: NodeHost, collection: Collection, at: datetime | None) -> datetime:
         moment = at or max(datetime.now(UTC), node.last_observed + timedelta(milliseconds=1))
         assert moment > node.last_observed, "observations of a host go forward in time"
-        cluster = self.slurm.layout.cluster_name if self.slurm.layout else None
-        identity = HostIdentity(node.name, AGENT_VERSION, node.host_id, node.display_name, cluster)
+        identity = HostIdentity(
+            node.name, AGENT_VERSION, node.host_id, node.display_name, self.cluster
+        )
         body = encode_observation(build_observation(collection, identity, moment))
         with self.board.client(node.agent_token) as client:
             reply = self.board.call(

@@ -153,56 +153,65 @@ def test_a_two_gpu_job_by_both_paths(slurm: SlurmCluster, hooked: Site) -> None:
     assert not site.unsent()
 
 
-def test_an_array_job_bridge_first(slurm: SlurmCluster, lab: Site) -> None:
-    """The bridge names the tasks `A_0`…; the prologs (held back until it did) name them
-    by their raw ids only: one run per task, never two, keeping the bridge's ids."""
+@pytest.mark.parametrize("first", ["bridge", "prologs"])
+def test_an_array_job(slurm: SlurmCluster, lab: Site, first: str) -> None:
+    """The bridge names the tasks `A_0`…; the nodes' prologs and epilogs name them by
+    their raw ids only: one run per task, never two, keeping the bridge's ids, whichever
+    spoke first (the prologs held back until the bridge did, or the bridge run after)."""
     site = lab
-    gate = slurm.work / "hold-prologs"
-    gate.touch()
+    gate = slurm.work / f"hold-prologs-{first}"
+    if first == "bridge":
+        gate.touch()
     with node_hooks(site, gate):
         array_id = slurm.sbatch("--array=0-2", "--gres=gpu:1", user="nobody", wrap=LONG)
         tasks = wait_until(
-            lambda: (t := slurm.array_tasks(array_id))
-            and len(t) == 3
-            and all(x["gres_detail"] for x in t)
-            and t,
+            lambda: (
+                (t := slurm.array_tasks(array_id))
+                and len(t) == 3
+                and all(x["gres_detail"] for x in t)
+                and t
+            ),
             "the three array tasks to be allocated",
         )
         raw_ids = [str(t["job_id"]) for t in tasks]
-        site.bridge()
-        runs = site.runs(*raw_ids)
-        assert sorted(r["jobId"] for r in runs) == [f"{array_id}_{i}" for i in range(3)]
-
-        gate.unlink()
-        for task in tasks:
-            slurm.wait_job(task["job_id"], "RUNNING")
+        display_ids = {str(t["job_id"]): f"{array_id}_{t['array_task_id']}" for t in tasks}
+        if first == "bridge":
+            site.bridge()
+            runs = site.runs(*raw_ids)
+            assert {r["rawJobId"]: r["jobId"] for r in runs} == display_ids
+            assert not any(site.hooks_done("start", r) for r in raw_ids)  # none spoke yet
+            gate.unlink()
         wait_until(
             lambda: all(site.hooks_done("start", r) for r in raw_ids),
             "the three prologs to have run the agent",
         )
         assert not site.unsent()
-        tasks = slurm.array_tasks(array_id)
-        runs = site.runs(*raw_ids)
-        assert len(runs) == 3, runs
+        if first == "prologs":
+            runs = site.runs(*raw_ids)
+            assert {r["rawJobId"]: r["jobId"] for r in runs} == {r: r for r in raw_ids}
+            site.bridge()
         for task in tasks:
+            slurm.wait_job(task["job_id"], "RUNNING")
+        runs = site.runs(*raw_ids)
+        assert {r["rawJobId"]: r["jobId"] for r in runs} == display_ids
+        for task in slurm.array_tasks(array_id):
             [run] = [r for r in runs if r["rawJobId"] == str(task["job_id"])]
-            assert run["jobId"] == f"{array_id}_{task['array_task_id']}"
-            assert run["restartCount"] == 0
-            assert run["state"] == "RUNNING"
+            assert (run["restartCount"], run["state"], run["endedAt"]) == (0, "RUNNING", None)
             assert site.devices(run) == allocation(task)
 
         # Their epilogs (raw ids again) and the bridge close the same three runs.
         slurm.run("scancel", array_id)
         for task in tasks:
             slurm.wait_job(task["job_id"], "CANCELLED")
-        wait_until(
-            lambda: all(site.hooks_done("end", r) for r in raw_ids), "the three epilogs"
-        )
+        wait_until(lambda: all(site.hooks_done("end", r) for r in raw_ids), "the three epilogs")
         assert not site.unsent()
         site.bridge()
     runs = site.runs(*raw_ids)
-    assert sorted(r["jobId"] for r in runs) == [f"{array_id}_{i}" for i in range(3)]
+    assert {r["rawJobId"]: r["jobId"] for r in runs} == display_ids
     assert all(r["endedAt"] is not None and r["state"] == "CANCELLED" for r in runs), runs
+    for task in tasks:
+        [run] = [r for r in runs if r["rawJobId"] == str(task["job_id"])]
+        assert site.devices(run) == allocation(task)
 
 
 def test_a_requeued_job_is_two_runs_by_both_paths(slurm: SlurmCluster, hooked: Site) -> None:
@@ -218,8 +227,9 @@ def test_a_requeued_job_is_two_runs_by_both_paths(slurm: SlurmCluster, hooked: S
     slurm.run("scontrol", "requeue", job_id)
     # Pending for cred_expire (10 s here), then a second run under the same id.
     again = wait_until(
-        lambda: (j := slurm.job(job_id)) and j["restart_cnt"] == 1 and j["job_state"] == "RUNNING"
-        and j,
+        lambda: (
+            (j := slurm.job(job_id)) and j["restart_cnt"] == 1 and j["job_state"] == "RUNNING" and j
+        ),
         "the requeued job to run again",
         timeout=180,
     )
@@ -241,9 +251,7 @@ def test_a_requeued_job_is_two_runs_by_both_paths(slurm: SlurmCluster, hooked: S
 # ---- what the jobs' processes did --------------------------------------------------------
 
 
-def test_a_job_on_two_nodes_and_what_its_processes_did(
-    slurm: SlurmCluster, hooked: Site
-) -> None:
+def test_a_job_on_two_nodes_and_what_its_processes_did(slurm: SlurmCluster, hooked: Site) -> None:
     """A job on node1 and node2 (two GPUs each): on node1 one of its processes computes
     on one GPU and another idles on the other; on node2 one GPU has nothing, the other
     only a process of another user. Each GPU's hour counts as the report says."""
@@ -277,8 +285,7 @@ def test_a_job_on_two_nodes_and_what_its_processes_did(
         assert site.process(outsider.pid).linux_user == "root"
         # Observed from after both records' starts, for HOLD, then not at all.
         t1 = max(
-            [started(r) for r in prolog + [run]]
-            + [n.last_observed for n in site.nodes.values()]
+            [started(r) for r in prolog + [run]] + [n.last_observed for n in site.nodes.values()]
         ) + timedelta(milliseconds=1)
         wait_past(t1 + HOLD)
         site.observe(
