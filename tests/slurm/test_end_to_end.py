@@ -114,7 +114,8 @@ def started(run: dict[str, Any]) -> datetime:
 
 def test_a_two_gpu_job_by_both_paths(slurm: SlurmCluster, hooked: Site) -> None:
     site = hooked
-    go = slurm.work / "go-two-gpus"
+    go = slurm.work / "go-e2e-two-gpus"  # the session's work folder: a name of our own
+    go.unlink(missing_ok=True)
     job_id = slurm.sbatch(
         "--gres=gpu:2", "-A", "physics", "-J", "trainer", user="nobody",
         wrap=f"while [ ! -e {go} ]; do sleep 0.2; done",
