@@ -156,7 +156,7 @@ class JobsClient(BoardClient):
         super().__init__(server_url, agent_token=token, timeouts=timeouts)
         self.url = f"{self.server_url}/api/v1/workspaces/{quote(slug, safe='')}/jobs"
 
-    def post_jobs(self, records: Sequence[dict[str, Any]]) -> PostResult:
+    def post_job_records(self, records: Sequence[dict[str, Any]]) -> PostResult:
         body = json.dumps({"jobs": list(records)}, separators=(",", ":")).encode()
         try:
             reply = self._exchange(self.url, body, self.timeouts.bounded(None), None)
@@ -253,7 +253,7 @@ class Bridge:
         batches = [runs[i : i + self.batch_size] for i in range(0, len(runs), self.batch_size)]
         while batches:
             batch = batches.pop(0)
-            result = self.client.post_jobs([r.record for r in batch])
+            result = self.client.post_job_records([r.record for r in batch])
             if result.kind == "accepted":
                 self.state.mark_sent(batch)
                 self.failures = 0

@@ -7,11 +7,12 @@ The rule (docs/jobs.md, "Job records"): a record replaces what was known of its 
 a host it does not name keeps its allocation, whose time range (and user) follow the run's. What a
 node cannot know does not erase what the controller said: an empty name, account or
 partition, or a display id that is only the raw id (a prolog has no array ids), keeps
-the stored one. And a node never reopens a run that ended: a node's prolog comes before
-its epilog, and a requeue is a new run, so a node's record saying "running" after an
-end is one replayed from its spool (the board was down), older than the end it would
-undo. The controller's bridge sees the scheduler's present state and may reopen a run it
-closed by mistake.
+the stored one. Times: the controller's are Slurm's own, so they win. A node's record
+never moves a known start or end (its prolog's start is its own clock's "now", a second
+or so off; a node's "running" after an end is a prolog replayed from its spool), it only
+fills an end that is missing. The bridge replaces both, and may reopen a run, except with
+its guess for a job that vanished from squeue (`UNKNOWN_END`), which never replaces an
+end that is known.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ _UPSERT_RUNS = """
     INSERT INTO scheduler_jobs AS j (workspace_id, public_id, cluster, raw_job_id,
         restart_count, job_id, linux_user, account, partition, name, state, started_at,
         ended_at)
-    SELECT %s, r.* FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::text[],
-        %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
-        %s::timestamptz[]) AS r
+    SELECT %(ws)s, r.* FROM unnest(%(uuids)s::uuid[], %(clusters)s::text[], %(raws)s::text[],
+        %(restarts)s::int[], %(ids)s::text[], %(users)s::text[], %(accounts)s::text[],
+        %(partitions)s::text[], %(names)s::text[], %(states)s::text[],
+        %(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS r
     ON CONFLICT (workspace_id, cluster, raw_job_id, restart_count) DO UPDATE
         SET job_id = CASE WHEN EXCLUDED.job_id = EXCLUDED.raw_job_id THEN j.job_id
                           ELSE EXCLUDED.job_id END,
@@ -41,10 +43,13 @@ _UPSERT_RUNS = """
             account = coalesce(nullif(EXCLUDED.account, ''), j.account),
             partition = coalesce(nullif(EXCLUDED.partition, ''), j.partition),
             name = coalesce(nullif(EXCLUDED.name, ''), j.name),
-            state = CASE WHEN %s AND EXCLUDED.ended_at IS NULL AND j.ended_at IS NOT NULL
+            state = CASE WHEN j.ended_at IS NOT NULL
+                              AND (%(node)s OR EXCLUDED.state = 'UNKNOWN_END')
                          THEN j.state ELSE EXCLUDED.state END,
-            started_at = EXCLUDED.started_at,
-            ended_at = CASE WHEN %s THEN coalesce(EXCLUDED.ended_at, j.ended_at)
+            started_at = CASE WHEN %(node)s THEN j.started_at ELSE EXCLUDED.started_at END,
+            ended_at = CASE WHEN %(node)s THEN coalesce(j.ended_at, EXCLUDED.ended_at)
+                            WHEN EXCLUDED.state = 'UNKNOWN_END'
+                            THEN coalesce(j.ended_at, EXCLUDED.ended_at)
                             ELSE EXCLUDED.ended_at END,
             recorded_at = now()
     RETURNING j.id, j.cluster, j.raw_job_id, j.restart_count
@@ -131,7 +136,10 @@ async def _upsert_runs(
         )
         for column, value in zip(columns, row, strict=True):
             column.append(value)
-    cur = await conn.execute(_UPSERT_RUNS, [workspace_id, *columns, from_node, from_node])
+    names = ("uuids", "clusters", "raws", "restarts", "ids", "users", "accounts")
+    names += ("partitions", "names", "states", "starts", "ends")
+    values = {"ws": workspace_id, "node": from_node, **dict(zip(names, columns, strict=True))}
+    cur = await conn.execute(_UPSERT_RUNS, values)
     return {(c, raw, n): int(i) for i, c, raw, n in await cur.fetchall()}
 
 

@@ -188,6 +188,47 @@ async def test_a_node_never_erases_what_the_controller_said(app: Any, client: An
     assert await rows(app, "SELECT lower(during), upper(during) FROM job_gpus") == [(START, end)]
 
 
+async def test_the_controllers_times_win_whichever_path_spoke_last(app: Any, client: Any) -> None:
+    """Slurm's own times (the bridge's) stand; a node's clock only fills a missing end,
+    and the bridge's guess for a vanished job never replaces a known end."""
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant, hostname="node1")
+    headers = await scheduler(client, tenant)
+    on_node1 = [{"hostname": "node1", "gpus": [0]}]
+
+    def bridge(**fields: Any) -> dict[str, Any]:
+        record = job("900", allocations=on_node1, **fields)
+        record.pop("gpus", None)
+        return record
+
+    prolog_start = START + timedelta(seconds=1, microseconds=250_000)
+    assert (
+        await post_node(client, host, job("900", startedAt=prolog_start.isoformat(), gpus=[0]))
+    ).status_code == 202
+    assert (await post_bridge(client, tenant.slug, headers, bridge())).status_code == 202
+    # The node's epilog (its own clock) fills the end the bridge has not seen yet ...
+    node_end = START + timedelta(minutes=10, microseconds=400_000)
+    epilog = job("900", state="COMPLETED", endedAt=node_end.isoformat(), gpus=[0])
+    assert (await post_node(client, host, epilog)).status_code == 202
+    [run] = (await listed(client, tenant))["jobs"]
+    assert datetime.fromisoformat(run["startedAt"]) == START  # the bridge's, not the prolog's
+    assert datetime.fromisoformat(run["endedAt"]) == node_end
+    # ... a vanished-job guess does not replace it ...
+    guess = bridge(state="UNKNOWN_END", endedAt=(START + timedelta(minutes=9)).isoformat())
+    assert (await post_bridge(client, tenant.slug, headers, guess)).status_code == 202
+    [run] = (await listed(client, tenant))["jobs"]
+    assert (run["state"], datetime.fromisoformat(run["endedAt"])) == ("COMPLETED", node_end)
+    # ... and Slurm's own end, from the bridge, does; a node's replayed end then changes nothing.
+    slurm_end = START + timedelta(minutes=10)
+    done = bridge(state="COMPLETED", endedAt=slurm_end.isoformat())
+    assert (await post_bridge(client, tenant.slug, headers, done)).status_code == 202
+    assert (await post_node(client, host, epilog)).status_code == 202
+    [run] = (await listed(client, tenant))["jobs"]
+    assert datetime.fromisoformat(run["endedAt"]) == slurm_end
+    during = await rows(app, "SELECT lower(during), upper(during) FROM job_gpus")
+    assert during == [(START, slurm_end)]
+
+
 async def test_a_node_speaks_for_its_own_host_only(app: Any, client: Any) -> None:
     tenant = await make_tenant(app, "acme")
     one, two = await enroll(client, tenant, "node1"), await enroll(client, tenant, "node2")
