@@ -16,6 +16,7 @@ import pytest
 from board.jobs.days import hour_ranges, refresh_job_days
 from board.jobs.report import jobs_report as build_report
 from board.jobs.report import parse_query
+from board.maintenance import maintain_once
 from board.reportkit.params import parse_window
 from board.reservations.rebuild import rebuild_hours
 from tests.board.job_builders import MINUTE, M, job, job_figures, record
@@ -120,6 +121,19 @@ async def test_refresh_is_bounded_per_run(app, client) -> None:
         assert await refresh_job_days(conn, LATER, days_per_run=8) == 2
     assert await marks(app, where.ws) == []
     assert len(await day_rows(app, where.ws)) == 10
+
+
+async def test_the_maintenance_schedule_refreshes_job_days(app, client) -> None:
+    tenant = await quick_tenant(app, "jdays")
+    where = await fleet(app, client, tenant)
+    a, _ = await add_job(app, where, "1", "alice", "p", "gpu", DAY, DAY + H, [0])
+    await add_figure(app, where, a, 0, DAY, active=1, util=50, memory=5)
+    await maintain_once(app.state.runtime)
+    assert await marks(app, where.ws) == []
+    h = HOUR_US
+    assert await day_rows(app, where.ws) == {
+        (a, where.gpus[0], DAY): (where.host_id, h, h, 0, 0, 0, 50 * h, 5)
+    }
 
 
 async def test_a_record_change_and_a_rebuild_mark_their_days_dirty(app, client) -> None:
