@@ -2,7 +2,8 @@
 
 Each run creates and drops raw partitions (board.observations), deletes expired rollup
 hours and audit events (board.audit), never younger than the operator's floor
-(min_retention_days) whatever a workspace sets, and recomputes dirty day rollups (board.rollups).
+(min_retention_days) whatever a workspace sets, and recomputes dirty day rollups
+(board.rollups) and dirty job day figures (board.jobs).
 It lives above them so that none has to import another.
 
 With several board processes on one database the schedule runs in one of them only,
@@ -26,6 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from board.audit.service import delete_expired as drop_expired_audit_events
 from board.db.urls import libpq_url
 from board.errors import as_unavailable
+from board.jobs.days import refresh_job_days
 from board.metrics.registry import maintenance_failures, maintenance_leader, maintenance_runs
 from board.observations.compaction import compact_closed_days
 from board.observations.maintenance import run_maintenance
@@ -81,6 +83,9 @@ async def maintain_once(process: MaintainedProcess) -> None:
             # Energy for hours credited before the board counted it (once, after upgrade).
             await backfill_energy(conn)
             await refresh_day_rollups(conn, on_days_refreshed=forget_bodies_of_days)
+            # The jobs report's day rows, from job figures (marked apart from the rollups:
+            # a re-credited job record changes its figures, not the GPU-hour rollups).
+            await refresh_job_days(conn)
         finally:
             await conn.set_autocommit(False)
     # The ingest writer remembers which days have partitions; some may be gone now.

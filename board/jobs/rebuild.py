@@ -6,7 +6,9 @@ in the caller's transaction. Each host with a job GPU in the window, or that is 
 cluster host, has its stored observations (maxSampleGap beyond the window too, so an
 interval crossing its edge is cut where ingest cut it) replayed through the JobDelta the
 ingest path credits with; only hours inside the window are kept. Memory maxima come out
-as the samples now opening credited pieces say (board.jobs.crediting).
+as the samples now opening credited pieces say (board.jobs.crediting). The rewritten
+hours mark their UTC days dirty (the trigger, board.jobs.days): the jobs report reads
+them from hours until the maintenance schedule recomputes their day rows.
 """
 
 from __future__ import annotations

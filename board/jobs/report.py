@@ -2,8 +2,9 @@
 partition or local day, how the GPUs the scheduler allocated were spent in a window.
 
 Figures are summed as integer microseconds (job_hour_figures, credited per job, GPU and
-UTC hour) and turned into hours only at the end, with the usage report's rounding
-(board.reportkit.figures), so a total is exactly the sum of its microseconds. Allocated
+UTC hour; job_day_figures, their sums per UTC day, for the clean whole UTC days of the
+window: board.jobs.days) and turned into hours only at the end, with the usage report's
+rounding (board.reportkit.figures), so a total is exactly the sum of its microseconds. Allocated
 time is read from the allocations themselves, clipped to the window and to now.
 """
 
@@ -18,6 +19,7 @@ import psycopg
 
 from board.errors import Unprocessable
 from board.jobs import report_sql
+from board.jobs.days import dirty_job_days, hour_ranges
 from board.jobs.report_schemas import JobsFigures, JobsReportHead
 from board.reportkit.csv import LINE_END, csv_cells
 from board.reportkit.figures import hours, ratio
@@ -28,6 +30,8 @@ SORTS = tuple(report_sql.SORTS)
 # Rows sent at most: the first in sort order (the most wasted jobs by default).
 ROW_LIMIT = 5_000
 FILTER_MAX = 64
+# Hour ranges are probed by the index while they are at most 1/RANGED_SHARE of the window.
+RANGED_SHARE = 4
 
 KEY_FIELDS = {
     "job": (
@@ -163,8 +167,18 @@ async def jobs_report(
     query: JobsQuery,
     now: datetime | None = None,
     row_limit: int = ROW_LIMIT,
+    *,
+    day_rows: bool = True,
 ) -> JobsReport:
+    """`day_rows` False: every figure from the hour rows (what the day rows must equal)."""
     window = query.window
+    # Day rows serve the whole UTC days of the window, but for rows per local day only
+    # where a local day is a UTC day; stale (dirty) days are read from their hours.
+    d0 = d1 = window.start
+    if day_rows:
+        d0, d1 = window.whole_utc_days(day_keyed=query.group == "day")
+    dirty = await dirty_job_days(conn, workspace_id, d0, d1)
+    ranges = hour_ranges(window.start, window.end, d0, d1, dirty)
     until = min(window.end, (now or datetime.now(UTC)).astimezone(UTC))
     values: dict[str, Any] = {
         "ws": workspace_id,
@@ -175,13 +189,23 @@ async def jobs_report(
         "user": query.user,
         "account": query.account,
         "limit": row_limit,
+        "d0": d0,
+        "d1": d1,
+        "dirty": list(dirty),
+        "lo": [r[0] for r in ranges],
+        "hi": [r[1] for r in ranges],
     }
     filtered = query.user is not None or query.account is not None
+    # Few hours to read (the edges, a few dirty days): each range by the index; many:
+    # the window's hours read through.
+    ranged = sum((hi - lo for lo, hi in ranges), timedelta(0)) * RANGED_SHARE <= (
+        window.end - window.start
+    )
     if query.group == "day":
         values["days"], values["day_lo"], values["day_hi"] = _days(window)
-        statement = report_sql.day_sql(query.sort, filtered)
+        statement = report_sql.day_sql(query.sort, filtered, ranged)
     else:
-        statement = report_sql.keyed_sql(query.group, query.sort, filtered)
+        statement = report_sql.keyed_sql(query.group, query.sort, filtered, ranged)
     # No JIT: these short aggregates cost less to run than to compile. Memory to hash a
     # month of a large cluster's runs (~50,000 groups) rather than sort 1.5 million figure
     # rows on disk: 1.2 s -> see docs/benchmarks.md.

@@ -1,6 +1,6 @@
 """The jobs report's SQL (board.jobs.report): the figures credited per job, GPU and UTC
-hour (job_hour_figures) summed over the window, beside the allocated time read from the
-allocations themselves (job_gpus), observed or not.
+day or hour (job_day_figures, job_hour_figures) summed over the window, beside the
+allocated time read from the allocations themselves (job_gpus), observed or not.
 
 Every statement is scoped by workspace and window; key expressions and orders come from
 the fixed tables below, never from the request.
@@ -35,19 +35,71 @@ _ALLOCATED = """
         GROUP BY jg.job_id
     )"""
 
-# The credited figures per run over the window's hours.
+# The credited figures of the window: the day rows (job_day_figures, board.jobs.days) of
+# the clean whole UTC days in [d0, d1), the hour rows of the rest (the hours around those
+# days, and the dirty days), like the usage report's rollups. `t` is the row's day or
+# hour. With a filter, both sides are read for the chosen runs only, by primary key.
+_SOURCE = """
+    (SELECT x.job_id, x.day_start AS t, {columns}
+     FROM job_day_figures x {only_jobs}
+     WHERE x.workspace_id = %(ws)s AND x.day_start >= %(d0)s AND x.day_start < %(d1)s
+       AND NOT x.day_start = ANY(%(dirty)s::timestamptz[])
+     UNION ALL
+     SELECT x.job_id, x.hour_start, {columns}
+     FROM {hours}) AS f"""
+# The hours as [lo, hi) ranges, each its own probe of the (workspace, hour_start) index
+# (LATERAL ... OFFSET 0): when they are a small part of the window (its edges, a few
+# dirty days). Joined to the ranges as a whole, a month of hour rows was read through and
+# filtered: 0.5 s for the day of edges.
+_RANGED_HOURS = """unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
+     CROSS JOIN LATERAL (
+        SELECT * FROM job_hour_figures h
+        WHERE h.workspace_id = %(ws)s AND h.hour_start >= rg.lo AND h.hour_start < rg.hi
+        OFFSET 0) AS x"""
+# Or the window's hours read through (a parallel scan: what probing by the index costs
+# several times over) but those the day rows serve: with no day rows, or many dirty days.
+_WINDOW_HOURS = """job_hour_figures x {only_jobs}
+     WHERE x.workspace_id = %(ws)s AND x.hour_start >= %(start)s AND x.hour_start < %(end)s
+       AND (x.hour_start < %(d0)s OR x.hour_start >= %(d1)s
+            OR date_trunc('day', x.hour_start, 'UTC') = ANY(%(dirty)s::timestamptz[]))"""
+_SOURCE_COLUMNS = ", ".join(
+    f"x.{c}"
+    for c in (
+        "covered_us",
+        "active_us",
+        "idle_held_us",
+        "foreign_us",
+        "unused_us",
+        "util_pct_us",
+        "max_memory_used_mb",
+    )
+)
+_ONLY_JOBS = "JOIN jobs j ON j.id = x.job_id"
+
+
+def _source(filtered: bool, ranged: bool) -> str:
+    only_jobs = _ONLY_JOBS if filtered else ""
+    hours = _RANGED_HOURS if ranged and not filtered else _WINDOW_HOURS
+    return _SOURCE.format(
+        columns=_SOURCE_COLUMNS,
+        only_jobs=only_jobs,
+        hours=hours.format(only_jobs=only_jobs),
+    )
+
+
+_FIGURE_SUMS = """
+    sum(f.covered_us)::bigint AS covered_us, sum(f.active_us)::bigint AS active_us,
+    sum(f.idle_held_us)::bigint AS idle_us, sum(f.foreign_us)::bigint AS foreign_us,
+    sum(f.unused_us)::bigint AS unused_us, sum(f.util_pct_us) AS util_us,
+    max(f.max_memory_used_mb) AS memory_mb"""
+
+# The credited figures per run over the window.
 _FIGURES = """
     figures AS (
-        SELECT f.job_id, sum(f.covered_us)::bigint AS covered_us,
-               sum(f.active_us)::bigint AS active_us, sum(f.idle_held_us)::bigint AS idle_us,
-               sum(f.foreign_us)::bigint AS foreign_us, sum(f.unused_us)::bigint AS unused_us,
-               sum(f.util_pct_us) AS util_us, max(f.max_memory_used_mb) AS memory_mb
-        FROM job_hour_figures f {only_jobs}
-        WHERE f.workspace_id = %(ws)s AND f.hour_start >= %(start)s AND f.hour_start < %(end)s
+        SELECT f.job_id, {sums}
+        FROM {source}
         GROUP BY f.job_id
     )"""
-# With a filter the figures are read for the chosen runs only (by the primary key).
-_ONLY_JOBS = "JOIN jobs j ON j.id = f.job_id"
 
 # The figure columns every row ends with, then the totals over all rows (window
 # aggregates: computed before the row limit cuts).
@@ -116,15 +168,17 @@ SORTS = {
 }
 
 
-def keyed_sql(group: str, sort: str, filtered: bool) -> str:
-    """Rows per run, Linux user, account (with its team) or partition."""
+def keyed_sql(group: str, sort: str, filtered: bool, ranged: bool = False) -> str:
+    """Rows per run, Linux user, account (with its team) or partition. `ranged`: the
+    hours read are a small part of the window (the [lo, hi) ranges)."""
     columns, order = KEYS[group]
     team_join = _TEAM_JOIN if group == "account" else ""
     group_by = ""
     if group != "job":
         group_by = "GROUP BY " + ", ".join(str(i + 1) for i in range(KEY_WIDTH[group]))
+    figures = _FIGURES.format(sums=_FIGURE_SUMS, source=_source(filtered, ranged))
     return f"""
-    WITH {_JOBS}, {_ALLOCATED}, {_FIGURES.format(only_jobs=_ONLY_JOBS if filtered else "")},
+    WITH {_JOBS}, {_ALLOCATED}, {figures},
     grouped AS (
         SELECT {columns}, {_OWN if group == "job" else _SUMS}
         FROM jobs j
@@ -141,10 +195,10 @@ def keyed_sql(group: str, sort: str, filtered: bool) -> str:
     """
 
 
-def day_sql(sort: str, filtered: bool) -> str:
-    """Rows per local day: the figures by the day their UTC hour starts on, and the
-    allocations cut at the days' bounds (computed in Python by the hour-start rule)."""
-    only_jobs = _ONLY_JOBS if filtered else ""
+def day_sql(sort: str, filtered: bool, ranged: bool = False) -> str:
+    """Rows per local day: the figures by the day their UTC hour (or UTC day, when days
+    are UTC days) starts on, and the allocations cut at the days' bounds (computed in
+    Python by the hour-start rule)."""
     return f"""
     WITH {_JOBS},
     days AS (
@@ -163,13 +217,8 @@ def day_sql(sort: str, filtered: bool) -> str:
         GROUP BY d.day
     ),
     figures AS (
-        SELECT (f.hour_start AT TIME ZONE %(tz)s)::date AS day,
-               sum(f.covered_us)::bigint AS covered_us,
-               sum(f.active_us)::bigint AS active_us, sum(f.idle_held_us)::bigint AS idle_us,
-               sum(f.foreign_us)::bigint AS foreign_us, sum(f.unused_us)::bigint AS unused_us,
-               sum(f.util_pct_us) AS util_us, max(f.max_memory_used_mb) AS memory_mb
-        FROM job_hour_figures f {only_jobs}
-        WHERE f.workspace_id = %(ws)s AND f.hour_start >= %(start)s AND f.hour_start < %(end)s
+        SELECT (f.t AT TIME ZONE %(tz)s)::date AS day, {_FIGURE_SUMS}
+        FROM {_source(filtered, ranged)}
         GROUP BY 1
     ),
     grouped AS (
