@@ -136,8 +136,8 @@ async def _upsert_runs(
         )
         for column, value in zip(columns, row, strict=True):
             column.append(value)
-    names = ("uuids", "clusters", "raws", "restarts", "ids", "users", "accounts")
-    names += ("partitions", "names", "states", "starts", "ends")
+    names: tuple[str, ...] = ("uuids", "clusters", "raws", "restarts", "ids", "users")
+    names += ("accounts", "partitions", "names", "states", "starts", "ends")
     values = {"ws": workspace_id, "node": from_node, **dict(zip(names, columns, strict=True))}
     cur = await conn.execute(_UPSERT_RUNS, values)
     return {(c, raw, n): int(i) for i, c, raw, n in await cur.fetchall()}
