@@ -12,6 +12,7 @@ from sqlalchemy import (
     ForeignKey,
     ForeignKeyConstraint,
     Identity,
+    Index,
     Integer,
     LargeBinary,
     PrimaryKeyConstraint,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     UniqueConstraint,
     Uuid,
     func,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -85,6 +87,14 @@ class Gpu(Base):
         UniqueConstraint("workspace_id", "host_id", "uuid"),
         ForeignKeyConstraint(
             ["workspace_id", "host_id"], ["hosts.workspace_id", "hosts.id"], ondelete="CASCADE"
+        ),
+        # A scheduler's device number finds its GPU (board.jobs: every ingest batch on a
+        # cluster host matches its jobs' devices by this).
+        Index(
+            "ix_gpus_scheduler_device",
+            "workspace_id",
+            "host_id",
+            text("coalesce(minor_number, gpu_index)"),
         ),
     )
 

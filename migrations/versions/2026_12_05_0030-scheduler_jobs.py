@@ -172,12 +172,19 @@ def upgrade() -> None:
         unique=False,
     )
     op.add_column("gpus", sa.Column("minor_number", sa.Integer(), nullable=True))
+    op.create_index(
+        "ix_gpus_scheduler_device",
+        "gpus",
+        ["workspace_id", "host_id", sa.literal_column("coalesce(minor_number, gpu_index)")],
+        unique=False,
+    )
     # Updated by every ingest batch, like the hourly rollups: room for HOT updates.
     for table in ("job_hour_figures", "outside_job_hours"):
         op.execute(f"ALTER TABLE {table} SET (fillfactor = 80)")
 
 
 def downgrade() -> None:
+    op.drop_index("ix_gpus_scheduler_device", table_name="gpus")
     op.drop_column("gpus", "minor_number")
     op.drop_index("ix_job_hour_figures_workspace_hour", table_name="job_hour_figures")
     op.drop_table("job_hour_figures")
