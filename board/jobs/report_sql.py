@@ -22,7 +22,8 @@ _JOBS = """
     )"""
 
 # Allocated µs per run: each allocated device's range clipped to the window (and to now
-# while it runs). A device is counted whether or not a GPU of the host matches it.
+# while it runs). A device is counted whether or not a GPU of the host matches it. A run
+# that ended the instant it started has an empty range: no time (its bounds are NULL).
 _ALLOCATED = """
     allocated AS (
         SELECT jg.job_id,
@@ -31,7 +32,7 @@ _ALLOCATED = """
                    - greatest(lower(jg.during), %(start)s), interval '0')) * 1000000)::bigint
                    AS allocated_us
         FROM job_gpus jg JOIN jobs j ON j.id = jg.job_id
-        WHERE jg.workspace_id = %(ws)s
+        WHERE jg.workspace_id = %(ws)s AND NOT isempty(jg.during)
         GROUP BY jg.job_id
     )"""
 

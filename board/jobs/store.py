@@ -133,6 +133,7 @@ _RUN_GPUS = f"""
     JOIN scheduler_jobs j ON j.workspace_id = %s AND j.cluster = k.cluster
                          AND j.raw_job_id = k.raw_job_id AND j.restart_count = k.restart_count
     JOIN job_gpus jg ON jg.workspace_id = j.workspace_id AND jg.job_id = j.id
+                    AND NOT isempty(jg.during)
     JOIN gpus g ON g.workspace_id = jg.workspace_id AND g.host_id = jg.host_id
                AND coalesce(g.minor_number, g.gpu_index) = jg.device
 """

@@ -461,6 +461,8 @@ async def test_member_and_token_answers_keep_their_shape(app: Any, client: Any) 
         "digestHour",
         "maxSampleGapHistory",
         "hotTemperatureC",
+        "jobIdleNoticeMinutes",
+        "jobIdleEscalateMinutes",
     ]
     shown = IssuedApiToken(
         api_token=issued["apiToken"], token_prefix="p", workspace="acme", role="admin"

@@ -229,6 +229,26 @@ async def test_the_controllers_times_win_whichever_path_spoke_last(app: Any, cli
     assert during == [(START, slurm_end)]
 
 
+async def test_a_run_that_ended_as_it_started_has_no_time(app: Any, client: Any) -> None:
+    """Slurm's whole seconds give a job that failed at once the same start and end: an
+    empty range, stored, credited nothing, allocated nothing (schemathesis found a 500)."""
+    tenant = await make_tenant(app, "acme")
+    host = await enroll(client, tenant, hostname="node1")
+    assert (await push(client, host["agentToken"], observed())).status_code == 202
+    instant = job("5", state="FAILED", endedAt=START.isoformat(), gpus=[0, 1])
+    assert (await post_node(client, host, instant)).status_code == 202
+    assert (await post_node(client, host, instant)).status_code == 202  # again: re-credited
+    [run] = (await listed(client, tenant))["jobs"]
+    assert run["startedAt"] == run["endedAt"]
+    r = await client.get(
+        f"/api/v1/workspaces/{tenant.slug}/reports/jobs",
+        params={**WINDOW, "groupBy": "job"},
+        headers=tenant.auth("finance"),
+    )
+    assert r.status_code == 200, r.text
+    assert [row["allocatedGpuHours"] for row in r.json()["rows"]] in ([], [0], [0.0])
+
+
 async def test_a_node_speaks_for_its_own_host_only(app: Any, client: Any) -> None:
     tenant = await make_tenant(app, "acme")
     one, two = await enroll(client, tenant, "node1"), await enroll(client, tenant, "node2")

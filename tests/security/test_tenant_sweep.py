@@ -38,7 +38,7 @@ WINDOW = {
 }
 ROLES = ("admin", "member", "finance")
 # Path parameters that name something inside the URL's workspace, not one of B's rows.
-NOT_IDS = {"linuxuser", "validfrom", "gpumodel", "team"}
+NOT_IDS = {"linuxuser", "validfrom", "gpumodel", "team", "account"}
 
 
 @dataclass
@@ -91,9 +91,12 @@ def b_values(name: str, world: World, *, in_path: bool) -> list[str] | None:
         return [_TODAY.isoformat()]
     if n == "gpumodel":
         return ["swept-model"]
-    # A team is a name in the URL's workspace's directory (budgets, contacts), no id.
+    # A team is a name in the URL's workspace's directory (budgets, contacts), no id; so
+    # is a Slurm account (the directory's account map).
     if n == "team" and in_path:
         return ["swept-team"]
+    if n == "account" and in_path:
+        return ["swept-account"]
     if n == "email" and in_path:  # a form's email is a sign-in or a new member, not an id
         return [b.admin.email]
     if in_path:  # an id we do not know yet: B's host id is at least a real id of B's
