@@ -14,8 +14,13 @@ async def test_one_bad_item_does_not_fail_its_batch(app, client, monkeypatch) ->
     batches: list[int] = []
     real_store_batch = writer.store_batch
 
+    entered, release = asyncio.Event(), asyncio.Event()
+
     async def recording(conn, observations, cache, prepared=None):
         batches.append(len(observations))
+        if len(batches) == 1:  # the first batch holds the writer while the rest queue up
+            entered.set()
+            await release.wait()
         return await real_store_batch(conn, observations, cache, prepared)
 
     monkeypatch.setattr(writer, "store_batch", recording)
@@ -29,14 +34,23 @@ async def test_one_bad_item_does_not_fail_its_batch(app, client, monkeypatch) ->
     at = minutes_ago(1)
     bodies = [retimed(example("observation-1.8.0-fake.json"), at) for _ in hosts]
     bodies[2]["gpus"][0]["utilPct"] = 77
-    answers = await asyncio.gather(
-        *(push(client, h["agentToken"], b) for h, b in zip(hosts, bodies, strict=True))
-    )
+    # The first push is stored alone and held there (the writer takes no other batch while
+    # one is being prepared), so the other three, the bad one among them, queue up and
+    # share the next transaction however fast each arrives.
+    calls = [push(client, h["agentToken"], b) for h, b in zip(hosts, bodies, strict=True)]
+    first = asyncio.ensure_future(calls[0])
+    await asyncio.wait_for(entered.wait(), timeout=60)
+    rest = asyncio.gather(*calls[1:])
+    queue = app.state.runtime.writer._queue
+    deadline = asyncio.get_running_loop().time() + 60
+    while queue.qsize() < len(calls) - 1:
+        assert asyncio.get_running_loop().time() < deadline, "the other pushes never queued"
+        await asyncio.sleep(0.05)
+    release.set()
+    answers = [await first, *await rest]
     assert [r.status_code for r in answers] == [202, 202, 503, 202]
-    # The bad push shared its transaction with others, which were then retried alone.
-    shared = max(batches)
-    assert shared > 1, batches
-    assert batches[batches.index(shared) + 1 :][:shared] == [1] * shared, batches
+    # The bad push shared its transaction with two others, which were then retried alone.
+    assert batches == [1, 3, 1, 1, 1], batches
     assert isinstance(answers[2].json()["detail"], str)
     stored = await rows(
         app,
