@@ -39,20 +39,14 @@ from board.db.connection import report_connection
 from board.directory.teams import contacts
 from board.jobs.live import JobNow, jobs_now
 from board.notices.events import enqueue, iso
-from board.notices.health_detect import Found, HostRow
+from board.notices.health_detect import Found, HostRow, WorkspaceLike
 
 KIND = "job.idle"
 
 
-class JobWorkspace(Protocol):
-    @property
-    def id(self) -> int: ...
-    @property
-    def slug(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def stale_after_seconds(self) -> int: ...
+class JobWorkspace(WorkspaceLike, Protocol):
+    """A workspace as the health detector reads it, with the job notice thresholds."""
+
     @property
     def job_idle_minutes(self) -> int: ...
     @property

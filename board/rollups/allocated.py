@@ -19,6 +19,7 @@ exact inverses and the figures do not depend on arrival order.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -62,7 +63,7 @@ def classify(state: str, holders: tuple[str, ...], linux_users: frozenset[str]) 
     return OTHERS
 
 
-class AllocationDelta(Generic[A]):
+class AllocationDelta(ABC, Generic[A]):
     """Changes to an allocation's figures, summed before they are written."""
 
     def __init__(self) -> None:
@@ -72,9 +73,9 @@ class AllocationDelta(Generic[A]):
     def add_allocation(self, allocation: A, sign: int = 1) -> None:
         self.allocations.setdefault(allocation.gpu_id, []).append((allocation, sign))
 
+    @abstractmethod
     def row(self, allocation: A, host_id: int, gpu_id: int, hour_us: int) -> list[int]:
         """The sums a piece of `allocation` in the hour goes to (SLOT_COLUMNS first)."""
-        raise NotImplementedError
 
     def add_more(self, row: list[int], gpu: GpuTick, signed_us: int) -> None:
         """Anything else a piece adds besides its slot (nothing, unless overridden)."""
