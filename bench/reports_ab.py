@@ -40,10 +40,20 @@ from datetime import timedelta
 sys.path.insert(0, sys.argv[1])
 import psycopg
 from board.app import tune_gc
-from board.reportkit import params
-from board.reportkit.streaming import plain
+try:  # the kit package since the structure issue (28); board/reports before it
+    from board.reportkit import params
+    from board.reportkit.streaming import plain
+except ImportError:
+    from board.reports import params
+    from board.reports.streaming import plain
 from board.reports import stream
-from board.reports.utilization_stream import utilization_body
+from board.reports import utilization_stream
+
+async def utilization_body(conn, ws, window, group, bucket, fmt):
+    if hasattr(utilization_stream, "utilization_body"):
+        return await utilization_stream.utilization_body(conn, ws, window, group, bucket, fmt)
+    parts = await utilization_stream.prepare_utilization(conn, ws, window, group, bucket, fmt, None)
+    return b"".join([chunk async for chunk in plain(parts)])
 
 async def main():
     tune_gc()
