@@ -45,7 +45,7 @@ ENERGY_COLUMNS = tuple(f"e_{name}" for name in ENERGY_SUMS)
 def energy_aggregates(source: str, rated: bool) -> list[str]:
     """A report row's energy aggregates, in ENERGY_SUMS order. `source` "user": the
     users' share, from repository.user_source (its `e_seg` the rate segment); "gpu": the
-    GPUs' own, from repository.GPU_SOURCE. `rated`: some price or intensity is in force
+    GPUs' own, from repository.gpu_energy_source. `rated`: some price or intensity is in force
     (else the rated four are NULL). Not cast to bigint: a long window's µJ may pass 2^63."""
     if source == "user":
         sums = [

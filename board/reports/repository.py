@@ -7,7 +7,7 @@ fixed table below, never from the request, so building the GROUP BY list is safe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,38 +28,96 @@ _EXPRESSIONS = {
     "hour": "t",
 }
 
-# Clean whole UTC days in [d0, d1) from the day tables; everything else in the window
-# (the hours around them, and dirty days) from the hour tables, as [lo, hi) ranges.
-USER_SOURCE = """
-    (SELECT gpu_id, host_id, linux_user, day_start AS t, held_us, active_us, idle_held_us,
-            energy_held_us, active_energy_uws, idle_held_energy_uws
-     FROM user_day_rollups
+# The columns each rollup source offers, as its rows name them (`t`: the day's or the
+# hour's start).
+USER_COLUMNS = (
+    "gpu_id",
+    "host_id",
+    "linux_user",
+    "t",
+    "held_us",
+    "active_us",
+    "idle_held_us",
+    "energy_held_us",
+    "active_energy_uws",
+    "idle_held_energy_uws",
+)
+GPU_COLUMNS = (
+    "gpu_id",
+    "host_id",
+    "t",
+    "covered_us",
+    "active_us",
+    "idle_held_us",
+    "idle_us",
+    "util_pct_us",
+    "memory_used_mb_us",
+    "memory_total_mb_us",
+    "energy_covered_us",
+    "active_energy_uws",
+    "idle_held_energy_uws",
+    "idle_energy_uws",
+)
+_USER_FIGURES = USER_COLUMNS[4:]
+_GPU_ENERGY = ("energy_covered_us", "active_energy_uws", "idle_held_energy_uws", "idle_energy_uws")
+# Report keys (select_columns) that are rollup columns themselves.
+_KEYED = ("gpu_id", "host_id", "linux_user")
+
+
+def rollup_rows(
+    source: str,
+    names: Sequence[str],
+    extra: Callable[[str], Sequence[str]] = lambda start: (),
+) -> str:
+    """A window's rows of the `source` ("user" or "gpu") rollups as `r`: clean whole UTC
+    days in [d0, d1) from the day table; everything else in the window (the hours around
+    them, and dirty days) from the hour table, as [lo, hi) ranges.
+
+    Only `names` are read (`t` is the row's start), then `extra(start)`: expressions of
+    the start column (`day_start` or `hour_start`) each branch adds. A union passes each
+    column it carries along row by row, and an outer query that adds columns to it
+    becomes one more pass: a narrow union with its constants inside is what lets the
+    sums read the table's rows directly (benchmarks.md, "reports' unions")."""
+
+    def branch(start: str) -> str:
+        return ", ".join([f"{start} AS t" if n == "t" else n for n in names] + [*extra(start)])
+
+    return f"""
+    (SELECT {branch("day_start")}
+     FROM {source}_day_rollups
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
        AND NOT day_start = ANY(%(dirty)s::timestamptz[])
      UNION ALL
-     SELECT gpu_id, host_id, linux_user, hour_start, held_us, active_us, idle_held_us,
-            energy_held_us, active_energy_uws, idle_held_energy_uws
-     FROM user_hour_rollups
+     SELECT {branch("hour_start")}
+     FROM {source}_hour_rollups
      JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
        ON hour_start >= rg.lo AND hour_start < rg.hi
      WHERE workspace_id = %(ws)s) AS r
 """
-GPU_SOURCE = """
-    (SELECT gpu_id, host_id, day_start AS t, covered_us, active_us, idle_held_us, idle_us,
-            util_pct_us, memory_used_mb_us, memory_total_mb_us,
-            energy_covered_us, active_energy_uws, idle_held_energy_uws, idle_energy_uws
-     FROM gpu_day_rollups
-     WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
-       AND NOT day_start = ANY(%(dirty)s::timestamptz[])
-     UNION ALL
-     SELECT gpu_id, host_id, hour_start, covered_us, active_us, idle_held_us, idle_us,
-            util_pct_us, memory_used_mb_us, memory_total_mb_us,
-            energy_covered_us, active_energy_uws, idle_held_energy_uws, idle_energy_uws
-     FROM gpu_hour_rollups
-     JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
-       ON hour_start >= rg.lo AND hour_start < rg.hi
-     WHERE workspace_id = %(ws)s) AS r
-"""
+
+
+def _wanted(offered: Sequence[str], needed: set[str]) -> tuple[str, ...]:
+    return tuple(c for c in offered if c in needed)
+
+
+def _keyed(columns: Sequence[str]) -> set[str]:
+    """The rollup columns report keys read: their own, and `t` for a day or an hour."""
+    found = {c for c in columns if c in _KEYED}
+    if {"day", "hour"} & set(columns):
+        found.add("t")
+    return found
+
+
+def gpu_source(columns: Sequence[str], figures: Sequence[str], rated: bool = False) -> str:
+    """GPU rollup rows with the key `columns` (select_columns' names) and `figures`
+    only (the start too when `rated`: its electricity rate segment)."""
+    needed = _keyed(columns) | set(figures) | ({"t"} if rated else set())
+    return rollup_rows("gpu", _wanted(GPU_COLUMNS, needed))
+
+
+def gpu_energy_source(columns: Sequence[str], rated: bool) -> str:
+    """gpu_source with covered time and the GPUs' energy (energy_sums_sql "gpu")."""
+    return gpu_source(columns, ("covered_us", *_GPU_ENERGY), rated)
 
 
 # Each price holds from its start until the next start of its model; all the starts of a
@@ -92,22 +150,21 @@ _PRICE_SEGMENTS = """
     )"""
 
 
-# A user row's energy columns, and the rate segment of its start (NULL: none in force).
-_USER_ENERGY = "r.energy_held_us, r.active_energy_uws, r.idle_held_energy_uws"
-
-
 def _energy_segment(rated: bool) -> str:
     return segment_sql("r.t") if rated else "NULL::int"
 
 
-def user_source(columns: Sequence[str], pricing: Pricing, rated: bool = False) -> str:
-    """The per-user rows a usage report sums: USER_SOURCE with `team` and `cost_n` (the
+def user_source(
+    columns: Sequence[str], pricing: Pricing, rated: bool = False, energy: bool = True
+) -> str:
+    """The per-user rows a usage report sums: user rollup rows with `team` and `cost_n` (the
     cost numerator, µs × price). Costed (costed_user_source) when a price is in force in
     the window; else the plain rows with no cost (the report's cost is then 0, or null
     without a currency, exactly as the costed rows would give) and the directory joined
     only for a `team` column: no price segments, GPU models or regrouping to pay for.
     Each row has its energy and `e_seg`, its electricity rate segment when `rated`
-    (board.pricing.energy; energy_sums_sql sums them)."""
+    (board.pricing.energy; energy_sums_sql sums them); unpriced rows leave both out
+    when `energy` is False (a report that shows the GPUs' energy, not the users')."""
     if pricing.in_force:
         return costed_user_source(
             columns,
@@ -116,17 +173,23 @@ def user_source(columns: Sequence[str], pricing: Pricing, rated: bool = False) -
             renamed=pricing.renamed,
             rated=rated,
         )
-    segment = _energy_segment(rated)
+    figures = _USER_FIGURES if energy else _USER_FIGURES[:3]
+    needed = _keyed(columns) | set(figures) | ({"linux_user"} if "team" in columns else set())
+
+    def constants(start: str) -> list[str]:
+        # The directory's team is joined below when asked for; cost is 0 (unpriced).
+        found = [] if "team" in columns else ["NULL::text AS team"]
+        found.append("NULL::numeric AS cost_n")
+        if energy:
+            found.append(f"{segment_sql(start) if rated else 'NULL::int'} AS e_seg")
+        return found
+
+    rows = rollup_rows("user", _wanted(USER_COLUMNS, needed), constants)
     if "team" not in columns:
-        return f"""
-    (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
-            NULL::text AS team, NULL::numeric AS cost_n, {_USER_ENERGY}, {segment} AS e_seg
-     FROM {USER_SOURCE}) AS r
-"""
+        return rows
     return f"""
-    (SELECT r.gpu_id, r.host_id, r.linux_user, r.t, r.held_us, r.active_us, r.idle_held_us,
-            d.team, NULL::numeric AS cost_n, {_USER_ENERGY}, {segment} AS e_seg
-     FROM {USER_SOURCE}
+    (SELECT r.*, d.team
+     FROM {rows}
      LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = r.linux_user
     ) AS r
 """
@@ -139,7 +202,7 @@ def costed_user_source(
     renamed: bool = False,
     rated: bool = False,
 ) -> str:
-    """USER_SOURCE with each Linux user's team (the directory as it is now), the GPU's
+    """User rollup rows with each Linux user's team (the directory as it is now), the GPU's
     model and the exact cost numerators, held and idle-held: µs × the price per GPU-hour
     in force (board/pricing/cost.py rounds them; docs/money.md).
 
@@ -171,6 +234,11 @@ def costed_user_source(
         else ""
     )
     team = "d.team" if teams else "NULL::text"
+    needed = {"linux_user", "t", *_USER_FIGURES}
+    needed |= {c for c in ("gpu_id", "host_id") if c in columns}
+    if by_model:
+        needed.add("gpu_id")
+    rows = rollup_rows("user", _wanted(USER_COLUMNS, needed))
     directory = (
         "LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = u.linux_user"
         if teams
@@ -187,7 +255,7 @@ def costed_user_source(
                sum(r.energy_held_us) AS energy_held_us,
                sum(r.active_energy_uws) AS active_energy_uws,
                sum(r.idle_held_energy_uws) AS idle_held_energy_uws
-        FROM {USER_SOURCE}
+        FROM {rows}
         {models}
         GROUP BY 1, 2, 3, 4, 5, 6, 7
     )
@@ -324,7 +392,7 @@ async def held_by(
         SELECT {select},
                sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
                sum(cost_n){sums}
-        FROM {user_source(columns, pricing, rated and energy)}
+        FROM {user_source(columns, pricing, rated and energy, energy)}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,
@@ -339,11 +407,12 @@ async def covered_by(
     """(key columns..., covered_us, the GPUs' energy sums: energy_sums_sql) from the
     per-GPU rollups."""
     select, group = select_columns(columns)
-    energy = energy_sums_sql("gpu", scope.rates.in_force)
+    rated = scope.rates.in_force
+    energy = energy_sums_sql("gpu", rated)
     cur = await conn.execute(
         f"""
         SELECT {select}, sum(covered_us)::bigint, {energy}
-        FROM {GPU_SOURCE}
+        FROM {gpu_energy_source(columns, rated)}
         GROUP BY {group}
         HAVING sum(covered_us) <> 0
         """,
@@ -360,7 +429,7 @@ async def coverage(
 
     The first and last hour come from the hourly index (a short scan from either end).
     """
-    total = f"(SELECT coalesce(sum(covered_us), 0)::bigint FROM {GPU_SOURCE})"
+    total = f"(SELECT coalesce(sum(covered_us), 0)::bigint FROM {gpu_source((), ('covered_us',))})"
     cur = await conn.execute(
         f"""
         SELECT

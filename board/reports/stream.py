@@ -193,10 +193,15 @@ def _usage_sql(
     return _USAGE_SQL.format(
         select=select,
         group=group,
-        user_source=repo.user_source(columns, pricing, rated and not with_covered),
+        user_source=repo.user_source(
+            columns, pricing, rated and not with_covered, energy=not with_covered
+        ),
         held_energy="" if with_covered else f", {energy}",
         covered_cte=_COVERED_CTE.format(
-            select=select, gpu_source=repo.GPU_SOURCE, group=group, energy=energy
+            select=select,
+            gpu_source=repo.gpu_energy_source(columns, rated),
+            group=group,
+            energy=energy,
         )
         if with_covered
         else "",
@@ -217,6 +222,24 @@ def _usage_sql(
         order_joins="\n".join(joins),
         order=", ".join(order),
     )
+
+
+async def _batches(
+    conn: psycopg.AsyncConnection[Any], statement: str, values: dict[str, Any]
+) -> AsyncIterator[list[tuple[Any, ...]]]:
+    """The statement's rows, FETCH_ROWS at a time, streamed (libpq's chunked rows) rather
+    than read from a cursor: PostgreSQL plans a cursor's query without parallel workers,
+    and a streamed statement may sum the rollups with them (benchmarks.md, "reports'
+    unions"). A batch is taken off the connection before the next is read, so memory
+    stays one batch whatever the window; leaving early cancels the statement."""
+    batch: list[tuple[Any, ...]] = []
+    async for row in conn.cursor().stream(statement, values, size=FETCH_ROWS):
+        batch.append(row)
+        if len(batch) == FETCH_ROWS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 KEY_COLUMN = {"user": "linux_user", "team": "team", "host": "host_id", "gpu": "gpu_id"}
@@ -341,51 +364,43 @@ async def prepare_usage(
         sent = False
         # PostgreSQL sums every row before it sorts and sends the first one: that time
         # is spent with the head already sent, not before the first byte.
-        cur = conn.cursor(name="usage_rows")
-        try:
-            statement = _usage_sql(keys, columns, with_covered, pricing, scope.rates.in_force)
-            await cur.execute(statement, values)
-            rows = await cur.fetchmany(FETCH_ROWS)
-            while rows:
-                if text:
-                    # CSV: no totals to keep, figures written from their integers.
-                    yield csv_lines(rows)
-                    rows = await cur.fetchmany(FETCH_ROWS)
-                    continue
-                built = []
-                energies = []
-                for row in rows:
-                    held, active, idle_held, covered, cost_n = row[width : width + 5]
-                    energy = energy_sums(row[width + 6 :])
-                    energies.append(energy)
-                    cost = exact(cost_n)
-                    cost_total += cost
-                    held_total += held
-                    active_total += active
-                    idle_total += idle_held
-                    figures: tuple[float | str | None, ...] = (
-                        service.hours(held),
-                        service.hours(active),
-                        service.hours(idle_held),
-                        service.ratio(idle_held, held),
-                    )
-                    if with_covered:
-                        figures += (service.hours(covered),)
-                    figures += (
-                        amount(cost, currency),
-                        code,
-                        *service.energy_fields(energy, currency),
-                    )
-                    if with_outside:
-                        figures += (service.hours(row[width + 5]),)
-                    built.append(key_values(row) + figures)
-                energy_total = summed(energy_total, energies)
-                body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])
-                yield (b"," if sent else b"") + body[1:-1]
-                sent = True
-                rows = await cur.fetchmany(FETCH_ROWS)
-        finally:
-            await cur.close()
+        statement = _usage_sql(keys, columns, with_covered, pricing, scope.rates.in_force)
+        async for rows in _batches(conn, statement, values):
+            if text:
+                # CSV: no totals to keep, figures written from their integers.
+                yield csv_lines(rows)
+                continue
+            built = []
+            energies = []
+            for row in rows:
+                held, active, idle_held, covered, cost_n = row[width : width + 5]
+                energy = energy_sums(row[width + 6 :])
+                energies.append(energy)
+                cost = exact(cost_n)
+                cost_total += cost
+                held_total += held
+                active_total += active
+                idle_total += idle_held
+                figures: tuple[float | str | None, ...] = (
+                    service.hours(held),
+                    service.hours(active),
+                    service.hours(idle_held),
+                    service.ratio(idle_held, held),
+                )
+                if with_covered:
+                    figures += (service.hours(covered),)
+                figures += (
+                    amount(cost, currency),
+                    code,
+                    *service.energy_fields(energy, currency),
+                )
+                if with_outside:
+                    figures += (service.hours(row[width + 5]),)
+                built.append(key_values(row) + figures)
+            energy_total = summed(energy_total, energies)
+            body = orjson.dumps([dict(zip(out_columns, r, strict=True)) for r in built])
+            yield (b"," if sent else b"") + body[1:-1]
+            sent = True
         if fmt == "json":
             totals = service.usage_totals(
                 (held_total, active_total, idle_total, cost_total), energy_total, currency
