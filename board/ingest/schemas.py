@@ -38,6 +38,20 @@ MinorNumber = Annotated[int, Field(ge=0, le=65535)]
 # 64 cards overflowed the host's hour (a 503, and its every later push), and one card
 # for 72 minutes its day. 2**20 leaves a 25-hour local day of 64 cards within bigint.
 MAX_CARD_MEMORY_MB = 2**20
+# A card's draw, in W: no GPU draws 10 kW (the largest, about 1.2 kW). Above it a reading
+# is a sensor's garbage or a hostile host's, and is taken as no reading (energy then
+# partial, as for an unread sensor) rather than refusing the snapshot's good figures.
+# The rollups keep W x microseconds in bigint: at 2**31-1 W eight cards overflowed their
+# host's hour within nine minutes (a 503, and its every later push); at 10 kW 64 cards
+# keep their host's hour, and a card its day, far within it.
+MAX_POWER_W = 10_000
+
+
+def _plausible_power(watts: int | None) -> int | None:
+    return None if watts is None or watts > MAX_POWER_W else watts
+
+
+PowerW = Annotated[NonNegInt | None, AfterValidator(_plausible_power)]
 
 
 def _no_unit_separator(code: str) -> str:
@@ -79,7 +93,7 @@ class GpuIn(_Strict):
     # Stored as smallint: no GPU reads 32,768 °C, and a bogus sensor value gets a 422
     # that says so instead of failing the write.
     temperatureC: Annotated[int, Field(ge=0, le=32767)] | None
-    powerW: NonNegInt | None
+    powerW: PowerW
     usageState: UsageState | None = None
     # Only our own agent sends it: what a scheduler's device numbers are matched against.
     minorNumber: MinorNumber | None = None

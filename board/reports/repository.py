@@ -7,7 +7,7 @@ fixed table below, never from the request, so building the GROUP BY list is safe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,29 +58,28 @@ GPU_COLUMNS = (
     "idle_held_energy_uws",
     "idle_energy_uws",
 )
-_USER_FIGURES = USER_COLUMNS[4:]
+_USER_TIMES = ("held_us", "active_us", "idle_held_us")
+_USER_ENERGY = ("energy_held_us", "active_energy_uws", "idle_held_energy_uws")
 _GPU_ENERGY = ("energy_covered_us", "active_energy_uws", "idle_held_energy_uws", "idle_energy_uws")
 # Report keys (select_columns) that are rollup columns themselves.
 _KEYED = ("gpu_id", "host_id", "linux_user")
 
 
-def rollup_rows(
-    source: str,
-    names: Sequence[str],
-    extra: Callable[[str], Sequence[str]] = lambda start: (),
-) -> str:
+def rollup_rows(source: str, names: Sequence[str]) -> str:
     """A window's rows of the `source` ("user" or "gpu") rollups as `r`: clean whole UTC
     days in [d0, d1) from the day table; everything else in the window (the hours around
     them, and dirty days) from the hour table, as [lo, hi) ranges.
 
-    Only `names` are read (`t` is the row's start), then `extra(start)`: expressions of
-    the start column (`day_start` or `hour_start`) each branch adds. A union passes each
-    column it carries along row by row, and an outer query that adds columns to it
-    becomes one more pass: a narrow union with its constants inside is what lets the
-    sums read the table's rows directly (benchmarks.md, "reports' unions")."""
+    `names`: what each row carries: columns (`t`: the row's start), or expressions, where
+    `{start}` stands for the start column (`day_start` or `hour_start`). PostgreSQL reads
+    such a union straight into the sums above it only when the sums read every column it
+    carries, in its order; otherwise each row takes one more pass (~15 % of a usage
+    report, benchmarks.md, "Reports' unions"). Callers list what they read, as they read it."""
 
     def branch(start: str) -> str:
-        return ", ".join([f"{start} AS t" if n == "t" else n for n in names] + [*extra(start)])
+        return ", ".join(
+            f"{start} AS t" if n == "t" else n.replace("{start}", start) for n in names
+        )
 
     return f"""
     (SELECT {branch("day_start")}
@@ -100,23 +99,30 @@ def _wanted(offered: Sequence[str], needed: set[str]) -> tuple[str, ...]:
     return tuple(c for c in offered if c in needed)
 
 
-def _keyed(columns: Sequence[str]) -> set[str]:
-    """The rollup columns report keys read: their own, and `t` for a day or an hour."""
-    found = {c for c in columns if c in _KEYED}
-    if {"day", "hour"} & set(columns):
-        found.add("t")
+def _keyed(columns: Sequence[str]) -> list[str]:
+    """The rollup columns report keys read, in the keys' order: their own, `t` for a day
+    or an hour, the Linux user for a team."""
+    found: list[str] = []
+    for column in columns:
+        read = "t" if column in ("day", "hour") else "linux_user" if column == "team" else column
+        if read not in found:
+            found.append(read)
     return found
 
 
 def gpu_source(columns: Sequence[str], figures: Sequence[str], rated: bool = False) -> str:
-    """GPU rollup rows with the key `columns` (select_columns' names) and `figures`
-    only (the start too when `rated`: its electricity rate segment)."""
-    needed = _keyed(columns) | set(figures) | ({"t"} if rated else set())
-    return rollup_rows("gpu", _wanted(GPU_COLUMNS, needed))
+    """GPU rollup rows with what the key `columns` (select_columns' names) read, then
+    `figures`, then the start when `rated` (its electricity rate segment)."""
+    names = _keyed(columns)
+    names += [f for f in figures if f not in names]
+    if rated and "t" not in names:
+        names.append("t")
+    return rollup_rows("gpu", names)
 
 
 def gpu_energy_source(columns: Sequence[str], rated: bool) -> str:
-    """gpu_source with covered time and the GPUs' energy (energy_sums_sql "gpu")."""
+    """gpu_source with covered time and the GPUs' energy, as energy_sums_sql "gpu" and a
+    covered sum before it read them."""
     return gpu_source(columns, ("covered_us", *_GPU_ENERGY), rated)
 
 
@@ -162,9 +168,10 @@ def user_source(
     the window; else the plain rows with no cost (the report's cost is then 0, or null
     without a currency, exactly as the costed rows would give) and the directory joined
     only for a `team` column: no price segments, GPU models or regrouping to pay for.
-    Each row has its energy and `e_seg`, its electricity rate segment when `rated`
-    (board.pricing.energy; energy_sums_sql sums them); unpriced rows leave both out
-    when `energy` is False (a report that shows the GPUs' energy, not the users')."""
+    Each row has its energy, and `e_seg`, its electricity rate segment, when `rated`
+    (board.pricing.energy; energy_sums_sql sums them). Unpriced rows carry no `team`
+    unless `columns` has it, and no energy when `energy` is False (a report that shows
+    the GPUs' energy, not the users')."""
     if pricing.in_force:
         return costed_user_source(
             columns,
@@ -173,18 +180,13 @@ def user_source(
             renamed=pricing.renamed,
             rated=rated,
         )
-    figures = _USER_FIGURES if energy else _USER_FIGURES[:3]
-    needed = _keyed(columns) | set(figures) | ({"linux_user"} if "team" in columns else set())
-
-    def constants(start: str) -> list[str]:
-        # The directory's team is joined below when asked for; cost is 0 (unpriced).
-        found = [] if "team" in columns else ["NULL::text AS team"]
-        found.append("NULL::numeric AS cost_n")
-        if energy:
-            found.append(f"{segment_sql(start) if rated else 'NULL::int'} AS e_seg")
-        return found
-
-    rows = rollup_rows("user", _wanted(USER_COLUMNS, needed), constants)
+    # In the order the usage sums read them (keys, times, cost, energy, rate segment).
+    names = [*_keyed(columns), *_USER_TIMES, "NULL::numeric AS cost_n"]
+    if energy:
+        names += _USER_ENERGY
+        if rated:
+            names.append(f"{segment_sql('{start}')} AS e_seg")
+    rows = rollup_rows("user", names)
     if "team" not in columns:
         return rows
     return f"""
@@ -234,7 +236,7 @@ def costed_user_source(
         else ""
     )
     team = "d.team" if teams else "NULL::text"
-    needed = {"linux_user", "t", *_USER_FIGURES}
+    needed = {"linux_user", "t", *_USER_TIMES, *_USER_ENERGY}
     needed |= {c for c in ("gpu_id", "host_id") if c in columns}
     if by_model:
         needed.add("gpu_id")
@@ -322,16 +324,19 @@ async def prepare(conn: psycopg.AsyncConnection[Any]) -> None:
     push these short queries over jit_above_cost, and compiling then costs more (~90 ms)
     than running them. Custom plans only, and memory enough to hash the cost query's
     groups."""
-    await conn.execute("SET LOCAL jit = off")
     # psycopg prepares a statement run five times on a connection, and PostgreSQL may
     # then keep one generic plan for it, blind to the arrays and the window it is given:
     # the utilization body runs one statement per 10,000 rows, and a 90-day per-GPU body
     # took 4.7 s on the generic plan against 0.55 s planned each time (benchmarks.md).
-    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
     # The cost source groups by a computed price segment, whose distinct values the
     # planner cannot know: it guesses ~10^5 groups (there are tens) and, with the default
     # 4 MB, sorts every rollup row instead of hashing them (3x slower, benchmarks.md).
-    await conn.execute("SET LOCAL work_mem = '32MB'")
+    # One round trip for the three (set_config(..., true) is SET LOCAL).
+    await conn.execute(
+        "SELECT set_config('jit', 'off', true),"
+        " set_config('plan_cache_mode', 'force_custom_plan', true),"
+        " set_config('work_mem', '32MB', true)"
+    )
 
 
 async def dirty_days(

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from board.db.urls import libpq_url
+from board.ingest.schemas import MAX_POWER_W
 from board.reservations.rebuild import rebuild_hours
 from board.rollups.crediting import GPU_COLUMNS, USER_COLUMNS, GpuTick, RollupDelta, Tick
 from board.workspaces.energy_backfill import backfill_energy
@@ -177,3 +178,44 @@ async def test_ingest_rebuild_and_backfill_agree(app: Any, client: Any) -> None:
         cur = await conn.execute("SELECT energy_backfill_until FROM workspaces WHERE id = %s", [ws])
         assert await cur.fetchone() == (None,)
         assert await backfill_energy(conn) == 0
+
+
+async def test_a_draw_no_gpu_has_is_no_reading(app: Any, client: Any) -> None:
+    """Eight cards reporting 2**31-1 W for an hour overflowed their host's hour in bigint
+    within nine minutes (every later push a 503). Above 10 kW a reading is taken as none:
+    every push is stored, the time counts, no energy does; 10 kW itself is a reading."""
+    tenant = await quick_tenant(app, "energy-bounds")
+    host = await enroll(client, tenant, "node-big")
+    base = days_ago_midnight(1) + timedelta(hours=5)
+    for second in range(0, 3_660, 60):
+        cards = [gpu(k, util=90, state="active", power=2**31 - 1) for k in range(7)]
+        cards.append(gpu(7, util=90, state="active", power=MAX_POWER_W))
+        r = await push(
+            client, host["agentToken"], observation(base + timedelta(seconds=second), cards)
+        )
+        assert r.status_code == 202, r.text
+    url = libpq_url(app.state.runtime.database_url)
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        ws = await workspace_id(conn, tenant.slug)
+        cur = await conn.execute(
+            "SELECT g.gpu_index, sum(r.covered_us), sum(r.energy_covered_us), "
+            "sum(r.active_energy_uws) FROM gpu_hour_rollups r JOIN gpus g "
+            "ON g.workspace_id = r.workspace_id AND g.id = r.gpu_id "
+            "WHERE r.workspace_id = %s GROUP BY 1 ORDER BY 1",
+            [ws],
+        )
+        rows = await cur.fetchall()
+    assert [row[0] for row in rows] == list(range(8))
+    an_hour = 60 * MINUTE  # 61 pushes a minute apart
+    for index, covered, energy_covered, active_uws in rows:
+        assert covered == an_hour
+        if index < 7:
+            assert (energy_covered, active_uws) == (0, 0)
+        else:
+            assert (energy_covered, active_uws) == (
+                an_hour,
+                MAX_POWER_W * an_hour,
+            )
+    hosts = await client.get(f"/api/v1/workspaces/{tenant.slug}/hosts", headers=tenant.auth())
+    powers = [g["powerW"] for g in hosts.json()["hosts"][0]["gpus"]]
+    assert powers == [None] * 7 + [MAX_POWER_W]
