@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from board.db.pgtext import int_array, text_array
+from board.db.pgtext import bigint_array, int_array, text_array
 from board.jobs.crediting import JobDelta, JobGpuRange, OutsideView
 from board.rollups.crediting import HOUR_US, to_us
 from board.rollups.gaps import WIDEST_SQL
@@ -248,7 +248,10 @@ async def upsert_job_delta(
         if any(sums)
     ]
     if figures:
-        await conn.execute(_UPSERT_FIGURES, [int_array(c) for c in zip(*figures, strict=True)])
+        *bigints, memory = zip(*figures, strict=True)
+        await conn.execute(
+            _UPSERT_FIGURES, [*(bigint_array(c) for c in bigints), int_array(memory)]
+        )
     outside = sorted(
         (workspace_of_host[delta.host_of_gpu[gpu]], gpu, user, hour, sums[0])
         for (gpu, user, hour), sums in delta.outside.items()
@@ -258,11 +261,11 @@ async def upsert_job_delta(
         await conn.execute(
             _UPSERT_OUTSIDE,
             [
-                int_array(o[0] for o in outside),
-                int_array(o[1] for o in outside),
+                bigint_array(o[0] for o in outside),
+                bigint_array(o[1] for o in outside),
                 text_array(o[2] for o in outside),
-                int_array(o[3] // HOUR_US for o in outside),
-                int_array(delta.host_of_gpu[o[1]] for o in outside),
-                int_array(o[4] for o in outside),
+                bigint_array(o[3] // HOUR_US for o in outside),
+                bigint_array(delta.host_of_gpu[o[1]] for o in outside),
+                bigint_array(o[4] for o in outside),
             ],
         )

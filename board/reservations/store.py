@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from board.db.pgtext import int_array, text_array
+from board.db.pgtext import bigint_array, int_array, text_array
 from board.reservations.crediting import Booking, ReservationDelta
 from board.rollups.crediting import HOUR_US, RollupDelta, to_us
 from board.rollups.gaps import WIDEST_SQL
@@ -167,7 +167,7 @@ async def upsert_figures(conn: psycopg.AsyncConnection[Any], delta: ReservationD
         if any(sums)
     ]
     if rows:
-        await conn.execute(_UPSERT_FIGURES, [int_array(c) for c in zip(*rows, strict=True)])
+        await conn.execute(_UPSERT_FIGURES, [bigint_array(c) for c in zip(*rows, strict=True)])
 
 
 async def write_figures(

@@ -1,7 +1,8 @@
 """Writing rollup deltas: one multi-row upsert per table, adding to what is there.
 
-Each column travels as one array literal (board.db.pgtext): formatting it is a single
-join, where binding Python lists costs a dumper call per element.
+Each column travels as one array (board.db.pgtext): integers packed in PostgreSQL's
+binary format, strings as one literal, where binding Python lists costs a dumper call
+per element.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from board.db.pgtext import int_array, text_array
+from board.db.pgtext import BigintArray, bigint_array, text_array
 from board.rollups.crediting import GPU_COLUMNS, HOUR_US, USER_COLUMNS, GpuHourKey, RollupDelta
 
 # Booked time of a GPU hour that lies wholly inside one booking (how it was spent, µs;
@@ -70,7 +71,7 @@ def gpu_hour_params(
     workspace_of_host: dict[int, int],
     delta: RollupDelta,
     booked: Mapping[GpuHourKey, Sequence[int]] | None = None,
-) -> list[str]:
+) -> list[BigintArray]:
     """The GPU-hour upsert's columns, in key order (so concurrent upserts never deadlock);
     with `booked`, its sums after the rollup's (_UPSERT_BOOKED_GPU_HOURS)."""
     if not booked:
@@ -90,22 +91,24 @@ def gpu_hour_params(
             )
             for host, gpu, hour in sorted(delta.gpu.keys() | booked.keys())
         ]
-    return [int_array(column) for column in zip(*rows, strict=True)]
+    return [bigint_array(column) for column in zip(*rows, strict=True)]
 
 
-def user_hour_params(workspace_of_host: dict[int, int], delta: RollupDelta) -> list[str]:
+def user_hour_params(
+    workspace_of_host: dict[int, int], delta: RollupDelta
+) -> list[BigintArray | str]:
     rows = []
     for key in sorted(delta.user):
         host, gpu, user, hour = key
         rows.append((workspace_of_host[host], gpu, user, hour // HOUR_US, host, *delta.user[key]))
     workspaces, gpus, users, hours, hosts, *sums = zip(*rows, strict=True)
     return [
-        int_array(workspaces),
-        int_array(gpus),
+        bigint_array(workspaces),
+        bigint_array(gpus),
         text_array(users),
-        int_array(hours),
-        int_array(hosts),
-        *(int_array(column) for column in sums),
+        bigint_array(hours),
+        bigint_array(hosts),
+        *(bigint_array(column) for column in sums),
     ]
 
 
