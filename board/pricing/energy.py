@@ -33,7 +33,7 @@ from board.pricing.cost import PRICE_DIGITS, Currency, half_even, minor_text
 # Watt-microseconds (µJ) in a kWh.
 UWS_PER_KWH = 3_600_000_000_000
 # ... and in a millionth of a kWh (the 6 decimals reports show): 3.6 J.
-_UWS_PER_MICRO_KWH = UWS_PER_KWH // 1_000_000
+UWS_PER_MICRO_KWH = UWS_PER_KWH // 1_000_000
 # An exact CO2e numerator (Σ µJ × g/kWh, × 10^6) per milligram: µJ × g/kWh / 3.6e12 is
 # grams, / 1000 kg, × 10^6 mg; with the 10^6 of the numerator, 3.6e15.
 _CO2E_DIVISOR = UWS_PER_KWH * 1000 * 10**PRICE_DIGITS // 1_000_000
@@ -134,7 +134,7 @@ def rated_parts(values: Sequence[Any], covered_us: int) -> tuple[int, int, int, 
 
 def kwh(uws: int) -> float:
     """µJ as kWh with 6 decimals, rounded half up in integers (as hours are)."""
-    return (uws + _UWS_PER_MICRO_KWH // 2) // _UWS_PER_MICRO_KWH / 1e6
+    return (uws + UWS_PER_MICRO_KWH // 2) // UWS_PER_MICRO_KWH / 1e6
 
 
 def energy_minor(numerator: int, minor_units: int) -> int:
