@@ -60,17 +60,18 @@ def parse_period(value: str | None, today: date) -> Period:
         return period_of(today, "month")
     text = value.strip()
     month, quarter = _MONTH.match(text), _QUARTER.match(text)
-    found: Period | None = None
-    if month and 1 <= int(month[2]) <= 12:
-        found = period_of(date(int(month[1]), int(month[2]), 1), "month")
-    elif quarter:
-        found = period_of(date(int(quarter[1]), 3 * int(quarter[2]) - 2, 1), "quarter")
-    if found is None:
+    if not (quarter or (month and 1 <= int(month[2]) <= 12)):
         raise Unprocessable(
             f"period {value[:20]!r} is neither a month (2026-12) nor a quarter (2026-Q4)."
         )
-    if not FIRST_YEAR <= found.first.year <= LAST_YEAR:
+    found = month or quarter
+    assert found is not None
+    # The year before any date is made: 9999-12 would end in year 10000, 0000-01 not begin.
+    if not FIRST_YEAR <= int(found[1]) <= LAST_YEAR:
         raise Unprocessable(
             f"period {text!r} is out of range; budgets cover {FIRST_YEAR} to {LAST_YEAR}."
         )
-    return found
+    if month:
+        return period_of(date(int(month[1]), int(month[2]), 1), "month")
+    assert quarter is not None
+    return period_of(date(int(quarter[1]), 3 * int(quarter[2]) - 2, 1), "quarter")

@@ -38,6 +38,8 @@ FORECAST_RULE = (
 )
 COLUMNS = tuple(field.alias or name for name, field in BudgetRow.model_fields.items())
 MONEY_COLUMNS = ("budgetAmount", "cost", "forecastCost")
+# The decimals a budget amount may have (NUMERIC(17,4), board.budgets.schemas).
+AMOUNT_DECIMALS = 4
 
 Figures = dict[str | None, tuple[float, float | None]]
 
@@ -173,6 +175,16 @@ async def budget_report(
     )
 
 
+def _money_cell(column: str, value: float, minor_digits: int) -> str:
+    """Money with the currency's digits; a budget with more (an amount takes 4, a JPY
+    budget of 1.5) with its own, so the file says the budget the JSON says."""
+    digits = minor_digits
+    if column == "budgetAmount":
+        exponent = Decimal(repr(value)).normalize().as_tuple().exponent
+        digits = max(digits, min(-int(exponent), AMOUNT_DECIMALS))
+    return f"{value:.{digits}f}"
+
+
 def report_csv(report: BudgetReportOut, minor_digits: int) -> str:
     """One line per team, the JSON rows' fields in their order; money with the
     currency's digits, text cells formula-safe (board/reportkit/csv.py)."""
@@ -181,7 +193,7 @@ def report_csv(report: BudgetReportOut, minor_digits: int) -> str:
         values = row.model_dump()
         lines.append(
             csv_cells(
-                f"{values[c]:.{minor_digits}f}"
+                _money_cell(c, values[c], minor_digits)
                 if c in MONEY_COLUMNS and isinstance(values[c], float)
                 else values[c]
                 for c in COLUMNS

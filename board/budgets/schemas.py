@@ -7,7 +7,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from board.readmodels import IsoTime, ReadModel
@@ -16,11 +16,22 @@ from board.readmodels import IsoTime, ReadModel
 # typo (or a probe) and gets a 422 saying so.
 MAX_GPU_HOURS = 100_000_000
 MAX_AMOUNT = 1_000_000_000_000
+
+
+def _unsigned_zero(value: Decimal) -> Decimal:
+    """-0 passes `ge=0`; adding 0 makes it 0, so no answer or audit entry says -0.0."""
+    return value + 0
+
+
 GpuHours = Annotated[
-    Decimal, Field(ge=0, le=MAX_GPU_HOURS, max_digits=15, decimal_places=6, allow_inf_nan=False)
+    Decimal,
+    Field(ge=0, le=MAX_GPU_HOURS, max_digits=15, decimal_places=6, allow_inf_nan=False),
+    AfterValidator(_unsigned_zero),
 ]
 Amount = Annotated[
-    Decimal, Field(ge=0, le=MAX_AMOUNT, max_digits=17, decimal_places=4, allow_inf_nan=False)
+    Decimal,
+    Field(ge=0, le=MAX_AMOUNT, max_digits=17, decimal_places=4, allow_inf_nan=False),
+    AfterValidator(_unsigned_zero),
 ]
 Day = Annotated[date, Field(ge=date(2000, 1, 1), le=date(2100, 12, 31))]
 

@@ -82,8 +82,17 @@ def _checked(body: WindowIn, zone: str) -> tuple[datetime, datetime, datetime | 
         return start, end, until
     # The local times repeat: the window must fit in its period there.
     local = iana_zone(zone)
-    wall = end.astimezone(local).replace(tzinfo=None) - start.astimezone(local).replace(tzinfo=None)
-    if wall >= PERIODS[body.recurrence]:
+    wall_start = start.astimezone(local).replace(tzinfo=None)
+    wall_end = end.astimezone(local).replace(tzinfo=None)
+    # Across the autumn change 02:30 CEST to 02:10 CET is 40 real minutes but ends
+    # before it starts on the wall: repeated at those wall times it would never run.
+    if wall_end <= wall_start:
+        raise Unprocessable(
+            f"A {body.recurrence} window repeats its local times in {zone}, and there its end "
+            f"({wall_end:%H:%M}) is not after its start ({wall_start:%H:%M}): the clocks go "
+            "back in between. Give the local times it should keep."
+        )
+    if wall_end - wall_start >= PERIODS[body.recurrence]:
         period = "a day" if body.recurrence == "daily" else "a week"
         raise Unprocessable(f"A {body.recurrence} window must be shorter than {period}.")
     if until is not None and until <= start:
