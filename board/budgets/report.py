@@ -175,14 +175,19 @@ async def budget_report(
     )
 
 
-def _money_cell(column: str, value: float, minor_digits: int) -> str:
-    """Money with the currency's digits; a budget with more (an amount takes 4, a JPY
-    budget of 1.5) with its own, so the file says the budget the JSON says."""
-    digits = minor_digits
-    if column == "budgetAmount":
-        exponent = Decimal(repr(value)).normalize().as_tuple().exponent
-        digits = max(digits, min(-int(exponent), AMOUNT_DECIMALS))
+def budget_amount_text(value: float | Decimal, minor_digits: int) -> str:
+    """A budget's amount with the currency's digits, or its own when it has more (an
+    amount takes 4: a JPY budget of 1.5), so the CSV and the page say what the JSON says."""
+    exponent = Decimal(str(value)).normalize().as_tuple().exponent
+    digits = max(minor_digits, min(-int(exponent), AMOUNT_DECIMALS))
     return f"{value:.{digits}f}"
+
+
+def _money_cell(column: str, value: float, minor_digits: int) -> str:
+    """Money with the currency's digits; a budget amount as budget_amount_text."""
+    if column == "budgetAmount":
+        return budget_amount_text(value, minor_digits)
+    return f"{value:.{minor_digits}f}"
 
 
 def report_csv(report: BudgetReportOut, minor_digits: int) -> str:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from board.budgets import service as budgets
 from board.budgets.periods import parse_period, period_of
-from board.budgets.report import budget_report, report_csv
+from board.budgets.report import budget_amount_text, budget_report, report_csv
 from board.budgets.schemas import BudgetIn
 from board.db.deps import SessionDep
 from board.errors import DomainError, Unprocessable, describe_validation_errors
@@ -67,6 +67,7 @@ async def _page(
         "saved": saved,
         "budgets": listed,
         "amount_digits": MINOR_UNITS.get(listed.currency or "", 2),
+        "amount_text": budget_amount_text,
         "form": form or {"period": "month", "from": period_of(today, "month").first.isoformat()},
         "csv_url": "",
         "api_url": "",

@@ -100,3 +100,34 @@ async def test_readers_see_and_cannot_set_and_no_other_workspace(
         usage = await b.get(f"/w/{tenant.slug}/usage", params={"groupBy": "team"})
         assert usage.status_code == 200
     assert await scalar(app, "SELECT count(*) FROM budgets") == 1
+
+
+async def test_the_page_shows_a_budget_with_its_own_decimals(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    """A JPY budget of 1.5 was drawn "2" (the currency's digits) where the JSON and the
+    CSV say 1.5; in both of the page's tables it is 1.5 now, a whole one stays whole."""
+    tenant = await signed_in(app, client, "bdigits")
+    await set_team(client, tenant, "alice", "vision")
+    await set_team(client, tenant, "bob", "nlp")
+    r = await client.put(
+        f"/api/v1/workspaces/{tenant.slug}/prices",
+        json={"currency": "JPY", "prices": []},
+        headers=tenant.auth(),
+    )
+    assert r.status_code == 200, r.text
+    for team, amount in (("vision", "1.5"), ("nlp", "6000")):
+        body = {"period": "month", "amount": amount, "from": "2026-12-01"}
+        r = await client.put(
+            f"/api/v1/workspaces/{tenant.slug}/budgets/{team}", json=body, headers=tenant.auth()
+        )
+        assert r.status_code == 200, r.text
+    b, _ = await admin_browser(app, tenant)
+    try:
+        page = await b.get(f"/w/{tenant.slug}/budgets", params={"period": "2026-12"})
+        assert page.status_code == 200, page.text[:300]
+        assert page.text.count('class="num">1.5</td>') == 2, page.text
+        assert page.text.count('class="num">6000</td>') == 2
+        assert 'class="num">2</td>' not in page.text
+    finally:
+        await b.aclose()
