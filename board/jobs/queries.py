@@ -15,12 +15,19 @@ from board.jobs.schemas import JobAllocationOut, JobGpuOut, JobList, JobOut
 
 DEFAULT_LIMIT = 1_000
 MAX_LIMIT = 5_000
+# Devices an answer lists at most, over all its runs: a run holds up to 64 per host, on
+# as many hosts as the workspace has, so 5,000 runs of a large allocation were tens of
+# millions of objects in one answer (a worker's memory). The runs that would pass it are
+# left out (`truncated`), never the first: every answer lists at least one run.
+MAX_DEVICES = 200_000
 
 # Overlapping [from, to): running during it, or started in it (a run of no length too).
 _RUNS = """
     SELECT id, cluster, job_id, raw_job_id, restart_count, linux_user, account, partition,
-           name, state, started_at, ended_at
-    FROM scheduler_jobs
+           name, state, started_at, ended_at,
+           (SELECT count(*) FROM job_gpus jg
+            WHERE jg.workspace_id = j.workspace_id AND jg.job_id = j.id) AS devices
+    FROM scheduler_jobs j
     WHERE workspace_id = %(ws)s AND started_at < %(to)s
       AND (ended_at IS NULL OR ended_at > %(from)s OR started_at >= %(from)s)
       AND (%(user)s::text IS NULL OR linux_user = %(user)s)
@@ -69,9 +76,7 @@ async def list_jobs(session: AsyncSession, workspace_id: int, wanted: JobFilter)
             "limit": wanted.limit + 1,
         },
     )
-    runs = await cur.fetchall()
-    truncated = len(runs) > wanted.limit
-    runs = runs[: wanted.limit]
+    runs, truncated = _within_bounds(await cur.fetchall(), wanted.limit)
     allocations = await _allocations(conn, workspace_id, [int(r[0]) for r in runs])
     return JobList(
         jobs=[
@@ -102,10 +107,22 @@ async def list_jobs(session: AsyncSession, workspace_id: int, wanted: JobFilter)
                 state,
                 started,
                 ended,
+                _,
             ) in runs
         ],
         truncated=truncated,
     )
+
+
+def _within_bounds(runs: list[Any], limit: int) -> tuple[list[Any], bool]:
+    """The first runs, at most `limit` of them and MAX_DEVICES devices in all (the first
+    run whatever its size); True when some were left out."""
+    devices = 0
+    for taken, run in enumerate(runs[:limit]):
+        devices += int(run[-1])
+        if taken and devices > MAX_DEVICES:
+            return runs[:taken], True
+    return runs[:limit], len(runs) > limit
 
 
 async def _allocations(

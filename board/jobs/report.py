@@ -21,6 +21,7 @@ from board.errors import Unprocessable
 from board.jobs import report_sql
 from board.jobs.days import dirty_job_days, hour_ranges
 from board.jobs.report_schemas import JobsFigures, JobsReportHead
+from board.jobs.schemas import MAX_TEXT
 from board.reportkit.csv import LINE_END, csv_cells
 from board.reportkit.figures import hours, ratio
 from board.reportkit.params import Window, parse_choice
@@ -63,13 +64,12 @@ class JobsQuery:
     account: str | None
 
 
-def _filter(label: str, value: str | None) -> str | None:
+def _filter(label: str, value: str | None, longest: int = FILTER_MAX) -> str | None:
     if value is None or value.strip() == "":
         return None
-    if len(value) > FILTER_MAX or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if len(value) > longest or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise Unprocessable(
-            f"{label} must be a name of at most {FILTER_MAX} characters, without control "
-            "characters."
+            f"{label} must be a name of at most {longest} characters, without control characters."
         )
     return value.strip()
 
@@ -80,7 +80,10 @@ def parse_query(
     """The report's choices, checked: 422 says why."""
     group = parse_choice("groupBy", group_by, GROUPS, "job")
     chosen = parse_choice("sort", sort, SORTS, "wasted" if group == "job" else "key")
-    return JobsQuery(window, group, chosen, _filter("user", user), _filter("account", account))
+    # A record's account may be as long as its other names (schemas.MAX_TEXT): each is
+    # one a filter can name.
+    account_filter = _filter("account", account, MAX_TEXT)
+    return JobsQuery(window, group, chosen, _filter("user", user), account_filter)
 
 
 @dataclass

@@ -29,7 +29,7 @@ _ALLOCATED = """
         SELECT jg.job_id,
                sum(extract(epoch FROM greatest(
                    least(coalesce(upper(jg.during), 'infinity'), %(until)s)
-                   - greatest(lower(jg.during), %(start)s), interval '0')) * 1000000)::bigint
+                   - greatest(lower(jg.during), %(start)s), interval '0')) * 1000000)
                    AS allocated_us
         FROM job_gpus jg JOIN jobs j ON j.id = jg.job_id
         WHERE jg.workspace_id = %(ws)s AND NOT isempty(jg.during)
@@ -89,9 +89,9 @@ def _source(filtered: bool, ranged: bool) -> str:
 
 
 _FIGURE_SUMS = """
-    sum(f.covered_us)::bigint AS covered_us, sum(f.active_us)::bigint AS active_us,
-    sum(f.idle_held_us)::bigint AS idle_us, sum(f.foreign_us)::bigint AS foreign_us,
-    sum(f.unused_us)::bigint AS unused_us, sum(f.util_pct_us) AS util_us,
+    sum(f.covered_us) AS covered_us, sum(f.active_us) AS active_us,
+    sum(f.idle_held_us) AS idle_us, sum(f.foreign_us) AS foreign_us,
+    sum(f.unused_us) AS unused_us, sum(f.util_pct_us) AS util_us,
     max(f.max_memory_used_mb) AS memory_mb"""
 
 # The credited figures per run over the window.
@@ -102,25 +102,29 @@ _FIGURES = """
         GROUP BY f.job_id
     )"""
 
+# Every sum stays numeric (PostgreSQL's sum of bigint): a window's allocated µs over many
+# overlapping runs (a node may record thousands, each of 64 devices) pass 2**63, and a
+# cast to bigint made the report a 500 for the whole workspace. Python reads them as
+# Decimal and makes exact ints of them (figures()).
 # The figure columns every row ends with, then the totals over all rows (window
 # aggregates: computed before the row limit cuts).
 _SUMS = """
-    coalesce(sum(a.allocated_us), 0)::bigint AS allocated_us,
-    coalesce(sum(f.covered_us), 0)::bigint AS covered_us,
-    coalesce(sum(f.active_us), 0)::bigint AS active_us,
-    coalesce(sum(f.idle_us), 0)::bigint AS idle_us,
-    coalesce(sum(f.foreign_us), 0)::bigint AS foreign_us,
-    coalesce(sum(f.unused_us), 0)::bigint AS unused_us,
+    coalesce(sum(a.allocated_us), 0) AS allocated_us,
+    coalesce(sum(f.covered_us), 0) AS covered_us,
+    coalesce(sum(f.active_us), 0) AS active_us,
+    coalesce(sum(f.idle_us), 0) AS idle_us,
+    coalesce(sum(f.foreign_us), 0) AS foreign_us,
+    coalesce(sum(f.unused_us), 0) AS unused_us,
     coalesce(sum(f.util_us), 0) AS util_us,
     max(f.memory_mb) AS memory_mb"""
 # Per run (groupBy=job) each run is one row already: no regrouping by its eleven fields.
 _OWN = """
-    coalesce(a.allocated_us, 0)::bigint AS allocated_us,
-    coalesce(f.covered_us, 0)::bigint AS covered_us,
-    coalesce(f.active_us, 0)::bigint AS active_us,
-    coalesce(f.idle_us, 0)::bigint AS idle_us,
-    coalesce(f.foreign_us, 0)::bigint AS foreign_us,
-    coalesce(f.unused_us, 0)::bigint AS unused_us,
+    coalesce(a.allocated_us, 0) AS allocated_us,
+    coalesce(f.covered_us, 0) AS covered_us,
+    coalesce(f.active_us, 0) AS active_us,
+    coalesce(f.idle_us, 0) AS idle_us,
+    coalesce(f.foreign_us, 0) AS foreign_us,
+    coalesce(f.unused_us, 0) AS unused_us,
     coalesce(f.util_us, 0) AS util_us,
     f.memory_mb"""
 FIGURE_COLUMNS = (
@@ -199,22 +203,37 @@ def keyed_sql(group: str, sort: str, filtered: bool, ranged: bool = False) -> st
 def day_sql(sort: str, filtered: bool, ranged: bool = False) -> str:
     """Rows per local day: the figures by the day their UTC hour (or UTC day, when days
     are UTC days) starts on, and the allocations cut at the days' bounds (computed in
-    Python by the hour-start rule)."""
+    Python by the hour-start rule).
+
+    A run's devices share its range, so the allocations are summed per distinct range,
+    and each range meets only the days it spans (their lower bounds are sorted: found by
+    width_bucket). Every allocation tried against every day was 128 million range tests
+    for 5,000 long runs of 64 devices over 400 days: a minute of the database.
+    """
     return f"""
     WITH {_JOBS},
     days AS (
         SELECT * FROM unnest(%(days)s::date[], %(day_lo)s::timestamptz[],
-                             %(day_hi)s::timestamptz[]) AS d(day, lo, hi)
+                             %(day_hi)s::timestamptz[]) WITH ORDINALITY AS d(day, lo, hi, i)
+    ),
+    ranges AS (
+        SELECT jg.during, count(*) AS devices
+        FROM job_gpus jg JOIN jobs j ON j.id = jg.job_id
+        WHERE jg.workspace_id = %(ws)s AND NOT isempty(jg.during)
+        GROUP BY jg.during
     ),
     allocated AS (
         SELECT d.day,
-               sum(extract(epoch FROM greatest(
-                   least(coalesce(upper(jg.during), 'infinity'), d.hi, %(until)s)
-                   - greatest(lower(jg.during), d.lo), interval '0')) * 1000000)::bigint
+               sum(r.devices * extract(epoch FROM greatest(
+                   least(coalesce(upper(r.during), 'infinity'), d.hi, %(until)s)
+                   - greatest(lower(r.during), d.lo), interval '0')) * 1000000)
                    AS allocated_us
-        FROM job_gpus jg JOIN jobs j ON j.id = jg.job_id
-        JOIN days d ON jg.during && tstzrange(d.lo, d.hi)
-        WHERE jg.workspace_id = %(ws)s
+        FROM ranges r
+        CROSS JOIN LATERAL generate_series(
+            greatest(width_bucket(lower(r.during), %(day_lo)s::timestamptz[]), 1),
+            width_bucket(least(coalesce(upper(r.during), 'infinity'), %(until)s),
+                         %(day_lo)s::timestamptz[])) AS s(i)
+        JOIN days d ON d.i = s.i
         GROUP BY d.day
     ),
     figures AS (
@@ -223,12 +242,12 @@ def day_sql(sort: str, filtered: bool, ranged: bool = False) -> str:
         GROUP BY 1
     ),
     grouped AS (
-        SELECT day, coalesce(a.allocated_us, 0)::bigint AS allocated_us,
-               coalesce(f.covered_us, 0)::bigint AS covered_us,
-               coalesce(f.active_us, 0)::bigint AS active_us,
-               coalesce(f.idle_us, 0)::bigint AS idle_us,
-               coalesce(f.foreign_us, 0)::bigint AS foreign_us,
-               coalesce(f.unused_us, 0)::bigint AS unused_us,
+        SELECT day, coalesce(a.allocated_us, 0) AS allocated_us,
+               coalesce(f.covered_us, 0) AS covered_us,
+               coalesce(f.active_us, 0) AS active_us,
+               coalesce(f.idle_us, 0) AS idle_us,
+               coalesce(f.foreign_us, 0) AS foreign_us,
+               coalesce(f.unused_us, 0) AS unused_us,
                coalesce(f.util_us, 0) AS util_us, f.memory_mb
         FROM allocated a FULL JOIN figures f USING (day)
     )

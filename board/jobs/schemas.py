@@ -35,9 +35,14 @@ MAX_USER = 64
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_AHEAD = timedelta(days=1)
 
-# Printable text: no line breaks, no C0 or C1 control characters, no DEL.
+# Printable text: no line breaks (U+2028 and U+2029 too), no C0 or C1 control characters,
+# no DEL, and no bidirectional overrides or isolates, which make a job or user read as
+# another on the pages and in notices (Trojan Source, CVE-2021-42574; as team names,
+# board.errors.NO_CONTROL_OR_BIDI).
 _PRINTABLE = explained_pattern(
-    r"^[^\x00-\x1f\x7f-\x9f]*$", "must not contain line breaks or other control characters"
+    r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]*$",
+    "must not contain line breaks, other control characters or bidirectional control "
+    "characters (U+202A-U+202E, U+2066-U+2069)",
 )
 # Slurm's states are upper-case words (PENDING, RUNNING, COMPLETED, OUT_OF_MEMORY, …);
 # a newer Slurm's word that the board does not know yet is taken as it is.
@@ -66,8 +71,10 @@ RAW_JOB_ID_PATTERN = explained_pattern(
 )
 # A hostname as a scheduler names a node: printable, no spaces, not starting with a dot.
 HOSTNAME_PATTERN = explained_pattern(
-    r"^[^\s.\x00-\x1f\x7f-\x9f][^\s\x00-\x1f\x7f-\x9f]*$",
-    "must be a hostname: no spaces or control characters, not starting with a dot",
+    r"^[^\s.\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+    r"[^\s\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]*$",
+    "must be a hostname: no spaces, control or bidirectional control characters, not "
+    "starting with a dot",
 )
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT, pattern=_PRINTABLE)]
