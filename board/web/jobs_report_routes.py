@@ -84,7 +84,8 @@ async def jobs_page(
     group_by: Annotated[str, Query(alias="groupBy", max_length=20)] = "",
     tz: Text = "",
     user: Text = "",
-    account: Text = "",
+    # A record's account may have 200 characters (board.jobs.schemas), so may its filter.
+    account: Annotated[str, Query(max_length=200)] = "",
 ) -> Response:
     context: dict[str, Any] = {
         "page": page,
