@@ -65,7 +65,7 @@ _GPU_ENERGY = ("energy_covered_us", "active_energy_uws", "idle_held_energy_uws",
 _KEYED = ("gpu_id", "host_id", "linux_user")
 
 
-def rollup_rows(source: str, names: Sequence[str]) -> str:
+def rollup_rows(source: str, names: Sequence[str], day_table: str | None = None) -> str:
     """A window's rows of the `source` ("user" or "gpu") rollups as `r`: clean whole UTC
     days in [d0, d1) from the day table; everything else in the window (the hours around
     them, and dirty days) from the hour table, as [lo, hi) ranges.
@@ -74,7 +74,9 @@ def rollup_rows(source: str, names: Sequence[str]) -> str:
     `{start}` stands for the start column (`day_start` or `hour_start`). PostgreSQL reads
     such a union straight into the sums above it only when the sums read every column it
     carries, in its order; otherwise each row takes one more pass (~15 % of a usage
-    report, benchmarks.md, "Reports' unions"). Callers list what they read, as they read it."""
+    report, benchmarks.md, "Reports' unions"). Callers list what they read, as they read it.
+    `day_table`: another table of the same day rows (user_day_totals: the users' summed
+    over GPUs, for rows that need no GPU or host)."""
 
     def branch(start: str) -> str:
         return ", ".join(
@@ -83,7 +85,7 @@ def rollup_rows(source: str, names: Sequence[str]) -> str:
 
     return f"""
     (SELECT {branch("day_start")}
-     FROM {source}_day_rollups
+     FROM {day_table or f"{source}_day_rollups"}
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
        AND NOT day_start = ANY(%(dirty)s::timestamptz[])
      UNION ALL
@@ -186,7 +188,9 @@ def user_source(
         names += _USER_ENERGY
         if rated:
             names.append(f"{segment_sql('{start}')} AS e_seg")
-    rows = rollup_rows("user", names)
+    # Without a GPU or host key, a clean day's rows are the users' totals over GPUs.
+    per_gpu = bool({"gpu_id", "host_id"} & set(names))
+    rows = rollup_rows("user", names, day_table=None if per_gpu else "user_day_totals")
     if "team" not in columns:
         return rows
     return f"""

@@ -1,4 +1,5 @@
-"""Daily rollups per UTC day: the hourly rollups summed, so long reports read 24x fewer rows.
+"""Daily rollups per UTC day: the hourly rollups summed, so long reports read 24x fewer rows;
+and the users' day rows summed over GPUs, for reports keyed by user, team or day alone.
 
 A day row is trusted only while its day is *clean*. A cheap statement-level trigger on
 the hourly tables (migration "day rollups refresh") marks every UTC day whose hours a
@@ -75,6 +76,25 @@ class UserDayRollup(Base):
         PrimaryKeyConstraint("workspace_id", "gpu_id", "linux_user", "day_start"),
         Index("ix_user_day_rollups_workspace_day", "workspace_id", "day_start"),
     )
+
+
+class UserDayTotal(Base):
+    """user_day_rollups summed over GPUs: what a report keyed by user, team or day alone
+    reads for a clean whole day (as many rows a day as users, not user-GPU pairs)."""
+
+    __tablename__ = "user_day_totals"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    day_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    linux_user: Mapped[str] = mapped_column(Text)
+    held_us: Mapped[int] = mapped_column(BigInteger)
+    active_us: Mapped[int] = mapped_column(BigInteger)
+    idle_held_us: Mapped[int] = mapped_column(BigInteger)
+    energy_held_us: Mapped[int] = mapped_column(BigInteger)
+    active_energy_uws: Mapped[int] = mapped_column(BigInteger)
+    idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (PrimaryKeyConstraint("workspace_id", "day_start", "linux_user"),)
 
 
 class RollupDirtyDay(Base):
@@ -197,6 +217,7 @@ _REFRESH = (
     """,
     "DELETE FROM gpu_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     "DELETE FROM user_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
+    "DELETE FROM user_day_totals WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     f"""
     INSERT INTO gpu_day_rollups (workspace_id, gpu_id, day_start, host_id, {_GPU_SUMS})
     SELECT h.workspace_id, h.gpu_id, d.day, max(h.host_id), {_summed(GPU_COLUMNS)}
@@ -212,5 +233,13 @@ _REFRESH = (
     FROM user_hour_rollups h {_DAYS}
     WHERE h.workspace_id = %(ws)s
     GROUP BY h.workspace_id, h.gpu_id, h.linux_user, d.day
+    """,
+    # The users' day rows just written, summed over GPUs.
+    f"""
+    INSERT INTO user_day_totals (workspace_id, day_start, linux_user, {_USER_SUMS})
+    SELECT workspace_id, day_start, linux_user, {", ".join(f"sum({c})" for c in USER_COLUMNS)}
+    FROM user_day_rollups
+    WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)
+    GROUP BY workspace_id, day_start, linux_user
     """,
 )

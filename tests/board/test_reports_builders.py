@@ -162,7 +162,8 @@ def _sums(columns: tuple[str, ...], alias: str = "") -> str:
 
 
 async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> list[Any]:
-    """Clean days whose day rows differ from the sum of their hour rows (should be none);
+    """Clean days whose day rows (per GPU, per user and GPU, per user) differ from the sum
+    of their hour rows (should be none);
     days marked dirty may differ: reports read their hours."""
     gpu_sums = ", ".join(f"sum({c}) AS {c}" for c in GPU_COLUMNS)
     user_sums = ", ".join(f"sum({c}) AS {c}" for c in USER_COLUMNS)
@@ -184,6 +185,12 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
         ), user_days AS (
             SELECT gpu_id, linux_user, day_start, {_USER}
             FROM user_day_rollups WHERE workspace_id = %(ws)s
+        ), user_day_hours AS (
+            SELECT linux_user, date_trunc('day', hour_start, 'UTC') AS day_start, {user_sums}
+            FROM user_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1, 2
+        ), user_totals AS (
+            SELECT linux_user, day_start, {_USER}
+            FROM user_day_totals WHERE workspace_id = %(ws)s
         )
         SELECT 'gpu', gpu_id::text, day_start FROM hours FULL JOIN days USING (gpu_id, day_start)
         WHERE ({_sums(GPU_COLUMNS, "hours.")}) IS DISTINCT FROM ({_sums(GPU_COLUMNS, "days.")})
@@ -195,6 +202,13 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
               IS DISTINCT FROM ({_sums(USER_COLUMNS, "user_days.")})
           AND NOT (user_hours.gpu_id IS NULL
                    AND ({_sums(USER_COLUMNS, "user_days.")}) = ({user_zero}))
+        UNION ALL
+        SELECT 'user total', linux_user, day_start
+        FROM user_day_hours FULL JOIN user_totals USING (linux_user, day_start)
+        WHERE ({_sums(USER_COLUMNS, "user_day_hours.")})
+              IS DISTINCT FROM ({_sums(USER_COLUMNS, "user_totals.")})
+          AND NOT (user_day_hours.linux_user IS NULL
+                   AND ({_sums(USER_COLUMNS, "user_totals.")}) = ({user_zero}))
         ) AS differing (kind, key, day_start)
         WHERE NOT EXISTS (SELECT 1 FROM rollup_dirty_days m
                           WHERE m.workspace_id = %(ws)s AND m.day_start = differing.day_start)

@@ -342,3 +342,38 @@ async def test_usage_sums_read_the_rollup_rows_directly(app, monkeypatch) -> Non
             indirect = _rollup_scans_under_subquery_scans(row[0][0]["Plan"])
             assert not indirect, (group, tz, start, indirect)
             await conn.commit()
+
+
+async def test_usage_from_day_rows_equals_usage_from_hours(app) -> None:
+    """Clean whole days come from the day rows (per user: user_day_totals, summed over
+    GPUs; per GPU or host: the per-GPU day rows); the same report with every day marked
+    dirty reads the hours alone. Every grouping, every window, the same bytes."""
+    _, ws, _ = await _fixture(app)
+    runtime: Runtime = app.state.runtime
+
+    async def bodies() -> dict[tuple[str, str, str], bytes]:
+        found = {}
+        async with runtime.pool.connection() as conn:
+            for (start, end, tz), group in itertools.product(WINDOWS, ["team", *USAGE_GROUPS]):
+                window = params.parse_window(start, end, tz)
+                for fmt in ("json", "csv"):
+                    chunks = await stream.prepare_usage(
+                        conn, ws, window, tuple(group.split(",")), fmt
+                    )
+                    found[(start, group, fmt)] = b"".join([c async for c in chunks])
+                await conn.commit()
+        return found
+
+    from_days = await bodies()
+    assert await scalar(app, "SELECT count(*) FROM user_day_totals WHERE workspace_id = %s", ws)
+    await execute(
+        app,
+        "INSERT INTO rollup_dirty_days (workspace_id, day_start) "
+        "SELECT DISTINCT workspace_id, day_start FROM gpu_day_rollups WHERE workspace_id = %s "
+        "ON CONFLICT DO NOTHING",
+        ws,
+    )
+    from_hours = await bodies()
+    assert from_hours.keys() == from_days.keys()
+    for key, body in from_days.items():
+        assert body == from_hours[key], key
