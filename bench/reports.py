@@ -190,6 +190,7 @@ def load_fleet(url: str, days: int, end: datetime) -> tuple[int, int, int]:
             "user_hour_rollups",
             "gpu_day_rollups",
             "user_day_rollups",
+            "user_day_totals",
         ):
             conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
     return workspace_id, gpu_rows, user_rows

@@ -43,6 +43,7 @@ ROLLUPS = (
     "host_hour_rollups",
     "gpu_day_rollups",
     "user_day_rollups",
+    "user_day_totals",
 )
 TICK_SECONDS = 30
 
