@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from board.jobs.queries import MAX_DEVICES
+from board.jobs.service import MAX_RUNS_IN_FORCE_PER_HOST
 from tests.board.answers import refused
 from tests.board.builders import Tenant, enroll, make_tenant
 from tests.board.test_jobs_wire import job, post_bridge, post_node, scheduler, stored
@@ -77,26 +78,30 @@ RUNS, DEVICES, DAYS = 5_000, 64, 400
 async def test_thousands_of_long_runs_neither_overflow_nor_flood_an_answer(
     app: Any, client: Any
 ) -> None:
-    """One node records 5,000 runs of 64 devices each, running since 2000 (its own host,
-    within every bound a record has). Over a 400-day window their allocated time is
+    """One node records 5,000 runs of 64 devices each, from 2000 until yesterday (its own
+    host, within every bound a record has; that many running at once are refused, below).
+    Over a 400-day window their allocated time is
     1.1e19 µs: past bigint, which the report once cast its sums to (a 500 for the whole
     workspace), and the day rows tested each of 320,000 allocations against each of 400
     days (a minute of the database). The list of 5,000 such runs is cut at MAX_DEVICES."""
     tenant = await make_tenant(app, "acme")
     host = await enroll(client, tenant, hostname="node1")
     epoch = datetime(2000, 1, 1, tzinfo=UTC)
+    # A window in the past, so every run counts its whole length in it.
+    end = datetime.now(UTC).date() - timedelta(days=1)
+    ended = datetime(end.year, end.month, end.day, tzinfo=UTC).isoformat()
     for batch in range(RUNS // 1_000):
         records = [
             job(
                 str(n),
+                state="COMPLETED",
                 startedAt=(epoch + timedelta(seconds=n)).isoformat(),
+                endedAt=ended,
                 gpus=list(range(DEVICES)),
             )
             for n in range(batch * 1_000, (batch + 1) * 1_000)
         ]
         assert (await post_node(client, host, *records)).status_code == 202
-    # A window in the past, so every run counts its whole length in it.
-    end = datetime.now(UTC).date() - timedelta(days=1)
     window = {"from": (end - timedelta(days=DAYS)).isoformat(), "to": end.isoformat()}
     per_run = DEVICES * DAYS * 24.0
     assert RUNS * per_run * 3.6e9 > 2**63  # what the sums came to
@@ -245,3 +250,38 @@ async def test_a_scheduler_token_reads_no_report_and_maps_no_account(app: Any, c
     # Another workspace's jobs: neither read nor written.
     refused(await client.get(f"/api/v1/workspaces/beta/jobs?{window}", headers=slurm), 404)
     refused(await post_bridge(client, "beta", slurm, job()), 404)
+
+
+async def test_more_runs_in_force_on_a_host_than_it_takes_are_refused(
+    app: Any, client: Any
+) -> None:
+    """Every ingest batch of a host reads each run holding its devices, so a sender that
+    records thousands of running runs on one host (a node for its own, a bridge for any)
+    would make every push of it slower. MAX_RUNS_IN_FORCE_PER_HOST running or ending
+    later are taken; one more is a 422 that stores nothing of its request; ended runs do
+    not count."""
+    tenant = await make_tenant(app, "crowd")
+    host = await enroll(client, tenant, hostname="node1")
+    started = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    running = [
+        job(str(n), startedAt=started, gpus=[n % 8]) for n in range(MAX_RUNS_IN_FORCE_PER_HOST)
+    ]
+    assert (await post_node(client, host, *running)).status_code == 202
+    one_more = job("extra", startedAt=started, gpus=[0])
+    ended_one = job(
+        "done",
+        state="COMPLETED",
+        startedAt=started,
+        endedAt=(datetime.now(UTC) - timedelta(minutes=5)).isoformat(),
+        gpus=[1],
+    )
+    before = await stored(app)
+    detail = refused(await post_node(client, host, ended_one, one_more), 422)
+    assert str(MAX_RUNS_IN_FORCE_PER_HOST) in detail
+    assert "node1" in detail
+    assert await stored(app) == before
+    # Ended runs are not in force: taken beside the full host.
+    assert (await post_node(client, host, ended_one)).status_code == 202
+    # Ending one running run makes room for the next.
+    first_ended = {**running[0], "state": "COMPLETED", "endedAt": ended_one["endedAt"]}
+    assert (await post_node(client, host, first_ended, one_more)).status_code == 202
