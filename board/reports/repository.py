@@ -75,8 +75,8 @@ def rollup_rows(source: str, names: Sequence[str], day_table: str | None = None)
     such a union straight into the sums above it only when the sums read every column it
     carries, in its order; otherwise each row takes one more pass (~15 % of a usage
     report, benchmarks.md, "Reports' unions"). Callers list what they read, as they read it.
-    `day_table`: another table of the same day rows (user_day_totals: the users' summed
-    over GPUs, for rows that need no GPU or host)."""
+    `day_table`: another table of the same day rows (user_day_totals, gpu_day_totals:
+    summed over GPUs, for rows that need no GPU or host)."""
 
     def branch(start: str) -> str:
         return ", ".join(
@@ -119,7 +119,9 @@ def gpu_source(columns: Sequence[str], figures: Sequence[str], rated: bool = Fal
     names += [f for f in figures if f not in names]
     if rated and "t" not in names:
         names.append("t")
-    return rollup_rows("gpu", names)
+    # Without a GPU or host key, a clean day's rows are the GPUs' totals (one a day).
+    per_gpu = bool({"gpu_id", "host_id"} & set(names))
+    return rollup_rows("gpu", names, day_table=None if per_gpu else "gpu_day_totals")
 
 
 def gpu_energy_source(columns: Sequence[str], rated: bool) -> str:

@@ -1,5 +1,6 @@
 """Daily rollups per UTC day: the hourly rollups summed, so long reports read 24x fewer rows;
-and the users' day rows summed over GPUs, for reports keyed by user, team or day alone.
+and the GPUs' and the users' day rows summed over GPUs, for reports with no GPU or host
+key.
 
 A day row is trusted only while its day is *clean*. A cheap statement-level trigger on
 the hourly tables (migration "day rollups refresh") marks every UTC day whose hours a
@@ -76,6 +77,30 @@ class UserDayRollup(Base):
         PrimaryKeyConstraint("workspace_id", "gpu_id", "linux_user", "day_start"),
         Index("ix_user_day_rollups_workspace_day", "workspace_id", "day_start"),
     )
+
+
+class GpuDayTotal(Base):
+    """gpu_day_rollups summed over the workspace's GPUs: a usage report's covered time
+    and energy for a clean whole day when it has no GPU or host key (one row a day)."""
+
+    __tablename__ = "gpu_day_totals"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    day_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    covered_us: Mapped[int] = mapped_column(BigInteger)
+    active_us: Mapped[int] = mapped_column(BigInteger)
+    idle_held_us: Mapped[int] = mapped_column(BigInteger)
+    idle_us: Mapped[int] = mapped_column(BigInteger)
+    util_pct_us: Mapped[int] = mapped_column(BigInteger)
+    memory_used_mb_us: Mapped[int] = mapped_column(BigInteger)
+    memory_total_mb_us: Mapped[int] = mapped_column(BigInteger)
+    sample_count: Mapped[int] = mapped_column(BigInteger)
+    energy_covered_us: Mapped[int] = mapped_column(BigInteger)
+    active_energy_uws: Mapped[int] = mapped_column(BigInteger)
+    idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger)
+    idle_energy_uws: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (PrimaryKeyConstraint("workspace_id", "day_start"),)
 
 
 class UserDayTotal(Base):
@@ -218,6 +243,7 @@ _REFRESH = (
     "DELETE FROM gpu_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     "DELETE FROM user_day_rollups WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     "DELETE FROM user_day_totals WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
+    "DELETE FROM gpu_day_totals WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)",
     f"""
     INSERT INTO gpu_day_rollups (workspace_id, gpu_id, day_start, host_id, {_GPU_SUMS})
     SELECT h.workspace_id, h.gpu_id, d.day, max(h.host_id), {_summed(GPU_COLUMNS)}
@@ -234,7 +260,14 @@ _REFRESH = (
     WHERE h.workspace_id = %(ws)s
     GROUP BY h.workspace_id, h.gpu_id, h.linux_user, d.day
     """,
-    # The users' day rows just written, summed over GPUs.
+    # The GPUs' and the users' day rows just written, summed over GPUs.
+    f"""
+    INSERT INTO gpu_day_totals (workspace_id, day_start, {_GPU_SUMS})
+    SELECT workspace_id, day_start, {", ".join(f"sum({c})" for c in GPU_COLUMNS)}
+    FROM gpu_day_rollups
+    WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)
+    GROUP BY workspace_id, day_start
+    """,
     f"""
     INSERT INTO user_day_totals (workspace_id, day_start, linux_user, {_USER_SUMS})
     SELECT workspace_id, day_start, linux_user, {", ".join(f"sum({c})" for c in USER_COLUMNS)}

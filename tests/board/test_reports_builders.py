@@ -162,8 +162,8 @@ def _sums(columns: tuple[str, ...], alias: str = "") -> str:
 
 
 async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> list[Any]:
-    """Clean days whose day rows (per GPU, per user and GPU, per user) differ from the sum
-    of their hour rows (should be none);
+    """Clean days whose day rows (per GPU, per user and GPU, and the totals per user and
+    per day) differ from the sum of their hour rows (should be none);
     days marked dirty may differ: reports read their hours."""
     gpu_sums = ", ".join(f"sum({c}) AS {c}" for c in GPU_COLUMNS)
     user_sums = ", ".join(f"sum({c}) AS {c}" for c in USER_COLUMNS)
@@ -188,6 +188,11 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
         ), user_day_hours AS (
             SELECT linux_user, date_trunc('day', hour_start, 'UTC') AS day_start, {user_sums}
             FROM user_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1, 2
+        ), gpu_day_hours AS (
+            SELECT date_trunc('day', hour_start, 'UTC') AS day_start, {gpu_sums}
+            FROM gpu_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1
+        ), gpu_totals AS (
+            SELECT day_start, {_GPU} FROM gpu_day_totals WHERE workspace_id = %(ws)s
         ), user_totals AS (
             SELECT linux_user, day_start, {_USER}
             FROM user_day_totals WHERE workspace_id = %(ws)s
@@ -209,6 +214,13 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
               IS DISTINCT FROM ({_sums(USER_COLUMNS, "user_totals.")})
           AND NOT (user_day_hours.linux_user IS NULL
                    AND ({_sums(USER_COLUMNS, "user_totals.")}) = ({user_zero}))
+        UNION ALL
+        SELECT 'gpu total', '', day_start
+        FROM gpu_day_hours FULL JOIN gpu_totals USING (day_start)
+        WHERE ({_sums(GPU_COLUMNS, "gpu_day_hours.")})
+              IS DISTINCT FROM ({_sums(GPU_COLUMNS, "gpu_totals.")})
+          AND NOT (gpu_day_hours.day_start IS NULL
+                   AND ({_sums(GPU_COLUMNS, "gpu_totals.")}) = ({gpu_zero}))
         ) AS differing (kind, key, day_start)
         WHERE NOT EXISTS (SELECT 1 FROM rollup_dirty_days m
                           WHERE m.workspace_id = %(ws)s AND m.day_start = differing.day_start)

@@ -345,9 +345,10 @@ async def test_usage_sums_read_the_rollup_rows_directly(app, monkeypatch) -> Non
 
 
 async def test_usage_from_day_rows_equals_usage_from_hours(app) -> None:
-    """Clean whole days come from the day rows (per user: user_day_totals, summed over
-    GPUs; per GPU or host: the per-GPU day rows); the same report with every day marked
-    dirty reads the hours alone. Every grouping, every window, the same bytes."""
+    """Clean whole days come from the day rows (without a GPU or host key: user_day_totals
+    and gpu_day_totals, summed over GPUs; per GPU or host: the per-GPU day rows); the
+    same report with every day marked dirty reads the hours alone. Every grouping, every
+    window, the same bytes."""
     _, ws, _ = await _fixture(app)
     runtime: Runtime = app.state.runtime
 
@@ -365,7 +366,8 @@ async def test_usage_from_day_rows_equals_usage_from_hours(app) -> None:
         return found
 
     from_days = await bodies()
-    assert await scalar(app, "SELECT count(*) FROM user_day_totals WHERE workspace_id = %s", ws)
+    for totals in ("user_day_totals", "gpu_day_totals"):
+        assert await scalar(app, f"SELECT count(*) FROM {totals} WHERE workspace_id = %s", ws)
     await execute(
         app,
         "INSERT INTO rollup_dirty_days (workspace_id, day_start) "
