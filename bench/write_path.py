@@ -37,6 +37,7 @@ from board.db.migrate import upgrade  # noqa: E402
 from board.ingest.normalize import Observation  # noqa: E402
 from board.ingest.schemas import SnapshotIn  # noqa: E402
 from board.ingest.store import GpuInfo, GpuKey, store_batch  # noqa: E402
+from board.jobs.batch import JobGpuCache  # noqa: E402
 from board.observations.maintenance import run_maintenance  # noqa: E402
 
 
@@ -104,13 +105,14 @@ async def run(args: argparse.Namespace, url: str) -> None:
         batches.extend(obs[i : i + args.batch] for i in range(0, len(obs), args.batch))
 
     cache: dict[GpuKey, GpuInfo] = {}
+    job_cache: JobGpuCache = {}  # kept between batches, as the writer does
     profile = cProfile.Profile() if args.profile else None
     async with await psycopg.AsyncConnection.connect(url) as conn:
         pid = conn.info.backend_pid
         # The first round creates the GPU rows and opens every host's series: not timed.
         warm = -(-len(hosts) // args.batch)
         for batch in batches[:warm]:
-            await store_batch(conn, batch, cache)
+            await store_batch(conn, batch, cache, job_cache=job_cache)
         if args.jobs:  # the GPUs are known now: a running job on each (bench/ingest.py)
             await conn.execute(_JOBS_AN_HOUR_BACK)
             await conn.commit()
@@ -119,7 +121,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
         if profile is not None:
             profile.enable()
         for batch in measured:
-            await store_batch(conn, batch, cache)
+            await store_batch(conn, batch, cache, job_cache=job_cache)
         if profile is not None:
             profile.disable()
         total = [time.perf_counter() - wall0, time.process_time() - cpu0, backend_cpu(pid) - pg0]

@@ -3,8 +3,8 @@
 A batch goes through these phases, in order:
 
 1. lock: the batch's hosts, in key order (board.ingest.hostlock), revocation re-checked,
-   and in the same round trip the bookings and job GPUs in force around the batch's
-   points;
+   and in the same round trip the bookings in force around the batch's points and the
+   job GPUs of the hosts whose copy kept by the writer is out of date (board.jobs.batch);
 2. classify: each observation to its host's pending list, or revoked;
 3. dedupe: repeats inside the batch, then points stored already (only points not newer
    than their host's newest observation look up their stored neighbourhood);
@@ -51,8 +51,9 @@ from board.ingest.state_since import (
     new_ticks_by_host,
     write_restated,
 )
+from board.jobs.batch import JobGpuCache, ask_batch_jobs
 from board.jobs.crediting import JobDelta
-from board.jobs.store import ask_batch_jobs, upsert_job_delta
+from board.jobs.store import upsert_job_delta
 from board.reservations.crediting import ReservationDelta
 from board.reservations.store import (
     HostSpan,
@@ -133,12 +134,14 @@ async def store_batch(
     observations: Sequence[Observation],
     gpu_cache: dict[GpuKey, GpuInfo],
     prepared: Callable[[], None] | None = None,
+    job_cache: JobGpuCache | None = None,
 ) -> list[Outcome | TooManyGpus]:
     """Store a batch in one transaction and commit it; one outcome per observation.
 
     `conn` must not be in a transaction; on any error the transaction is rolled back
     and the error raised. `prepared` is called once the batch's writes are computed,
-    just before they are sent with the COMMIT.
+    just before they are sent with the COMMIT. `job_cache`: the hosts' job GPUs kept
+    from earlier batches (board.jobs.batch; the writer's own), None to read them afresh.
 
     A connection in autocommit mode (a pool hands back whatever mode its last user
     left) is taken out of it for the batch and put back after: in autocommit each
@@ -149,7 +152,9 @@ async def store_batch(
     if autocommit:
         await conn.set_autocommit(False)
     try:
-        return await _store(conn, observations, gpu_cache, prepared)
+        return await _store(
+            conn, observations, gpu_cache, prepared, {} if job_cache is None else job_cache
+        )
     finally:
         if autocommit and not conn.closed:
             await conn.set_autocommit(True)
@@ -160,15 +165,17 @@ async def _store(
     observations: Sequence[Observation],
     gpu_cache: dict[GpuKey, GpuInfo],
     prepared: Callable[[], None] | None,
+    job_cache: JobGpuCache,
 ) -> list[Outcome | TooManyGpus]:
     keys = sorted({(o.workspace_id, o.host_id) for o in observations})
     touched: list[GpuKey] = []
     try:
-        # BEGIN travels with the lock, and the reads of the bookings and job GPUs
+        # BEGIN travels with the lock, and the reads of the bookings and of the job GPUs
+        # not kept from earlier batches
         async with conn.pipeline():
             spans = _batch_spans(observations)
             bookings = await ask_batch_bookings(conn, spans)
-            job_gpus = await ask_batch_jobs(conn, spans)
+            job_gpus = await ask_batch_jobs(conn, spans, job_cache)
             hosts = await lock_batch_hosts(conn, keys)
             booked = await bookings.delta()
             jobs = await job_gpus.delta()

@@ -28,6 +28,7 @@ from board.errors import as_unavailable
 from board.ingest.gpuids import GpuInfo, GpuKey, TooManyGpus
 from board.ingest.normalize import Observation
 from board.ingest.store import Outcome, store_batch
+from board.jobs.batch import JobGpuCache
 from board.metrics.registry import ingest_batch_size, ingest_commit_seconds
 from board.observations.maintenance import create_days, existing_partitions
 
@@ -61,6 +62,7 @@ class IngestWriter:
         self._queue: asyncio.Queue[_Queued] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._gpu_cache: dict[GpuKey, GpuInfo] = {}
+        self._job_cache: JobGpuCache = {}
         self._partition_days: set[date] | None = None
         self._partition_lock = asyncio.Lock()
         self._preparing = asyncio.Lock()
@@ -137,7 +139,9 @@ class IngestWriter:
         try:
             started = time.perf_counter()
             async with self._pool.connection() as conn:
-                outcomes = await store_batch(conn, observations, self._gpu_cache, prepared)
+                outcomes = await store_batch(
+                    conn, observations, self._gpu_cache, prepared, self._job_cache
+                )
             ingest_commit_seconds.observe(time.perf_counter() - started)
             ingest_batch_size.observe(len(observations))
             return outcomes
@@ -151,7 +155,7 @@ class IngestWriter:
         self._partition_days = None
         await self._ensure_partitions(days)
         async with self._pool.connection() as conn:
-            return await store_batch(conn, observations, self._gpu_cache, prepared)
+            return await store_batch(conn, observations, self._gpu_cache, prepared, self._job_cache)
 
     async def _ensure_partitions(self, days: set[date]) -> None:
         """Partitions normally exist already (maintenance); this covers a lagging schedule.

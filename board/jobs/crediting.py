@@ -93,7 +93,10 @@ class OutsideView:
 
     def add(self, job_gpu: JobGpuRange) -> None:
         key = (job_gpu.gpu_id, job_gpu.linux_user)
-        bisect.insort(self.ranges.setdefault(key, []), (job_gpu.start_us, job_gpu.end_us))
+        # A new list, never one changed in place: it may be a kept copy's (board.jobs.batch).
+        ranges = list(self.ranges.get(key, ()))
+        bisect.insort(ranges, (job_gpu.start_us, job_gpu.end_us))
+        self.ranges[key] = ranges
 
     def outside_us(self, gpu_id: int, user: str, lo: int, hi: int) -> int:
         """How much of [lo, hi) no job of `user` on the GPU covers (overlaps once)."""

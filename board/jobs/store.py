@@ -1,4 +1,4 @@
-"""Reading the job allocations around an ingest batch, and writing job figure deltas.
+"""Reading the job allocations of hosts, and writing job figure deltas.
 
 Both run on a psycopg connection inside the caller's transaction, whose host rows are
 locked already (ingest batches and job record changes of one host never interleave).
@@ -18,7 +18,6 @@ import psycopg
 from board.db.pgtext import bigint_array, int_array, text_array
 from board.jobs.crediting import JobDelta, JobGpuRange, OutsideView
 from board.rollups.crediting import HOUR_US, to_us
-from board.rollups.gaps import WIDEST_SQL
 
 # A range's ends as µs since the epoch (exact: extract() is numeric), so the rows read per
 # batch need no timestamp parsed and converted in Python; NULL: still running.
@@ -30,34 +29,23 @@ US_OF_END = "(extract(epoch FROM upper(jg.during)) * 1000000)::bigint"
 # range is unbounded above (upper NULL). The user is job_gpus' copy: a lookup in
 # scheduler_jobs per row was planned on the (workspace, user) index before the table was
 # analyzed, 14 ms a batch with 800 runs (docs/benchmarks.md). Every job of the host is
-# read, not only those of its GPUs' holders: the outside-job rule needs them all.
-_JOB_GPUS_OF_SPANS = """
+# read, not only those of its GPUs' holders: the outside-job rule needs them all. (An
+# ingest batch reads them through board.jobs.batch, which keeps them between batches.)
+_JOB_GPUS = f"""
     SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, {US_OF_START}, {US_OF_END},
            jg.linux_user
     FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[])
          AS s(ws, host_id, lo, hi)
-    {widen}
     CROSS JOIN LATERAL (
         SELECT * FROM job_gpus jg
         WHERE jg.workspace_id = s.ws AND jg.host_id = s.host_id
-          AND (upper(jg.during) > s.lo - {gap} OR upper_inf(jg.during))
-          AND lower(jg.during) <= s.hi + {gap}
+          AND (upper(jg.during) > s.lo OR upper_inf(jg.during))
+          AND lower(jg.during) <= s.hi
         OFFSET 0
     ) AS jg
     JOIN gpus g ON g.workspace_id = jg.workspace_id AND g.host_id = jg.host_id
                AND coalesce(g.minor_number, g.gpu_index) = jg.device
 """
-_JOB_GPUS_OF_SPANS = _JOB_GPUS_OF_SPANS.replace("{US_OF_START}", US_OF_START).replace(
-    "{US_OF_END}", US_OF_END
-)
-_JOB_GPUS = _JOB_GPUS_OF_SPANS.format(widen="", gap="interval '0'")
-_BATCH_JOB_GPUS = _JOB_GPUS_OF_SPANS.format(
-    widen=(
-        "JOIN workspaces w ON w.id = s.ws "
-        f"CROSS JOIN LATERAL (SELECT make_interval(secs => {WIDEST_SQL}) AS gap) AS wg"
-    ),
-    gap="wg.gap",
-)
 _CLUSTER_HOSTS = """
     SELECT ch.host_id, ch.since FROM cluster_hosts ch
     WHERE (ch.workspace_id, ch.host_id) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
@@ -80,12 +68,12 @@ def job_gpu_ranges(rows: Iterable[tuple[Any, ...]]) -> list[JobGpuRange]:
     each. Every ingest batch reads the same few hundred rows again: each is made once."""
     found: dict[tuple[int, int], JobGpuRange] = {}
     for row in rows:
-        found[(row[1], row[3])] = _job_gpu_range(*row)
+        found[(row[1], row[3])] = job_gpu_range(*row)
     return [found[key] for key in sorted(found)]
 
 
 @lru_cache(maxsize=16_384)
-def _job_gpu_range(
+def job_gpu_range(
     ws: int, job_id: int, host_id: int, gpu_id: int, start: int, end: int | None, user: str
 ) -> JobGpuRange:
     return JobGpuRange.of(ws, job_id, host_id, gpu_id, start, end, user)
@@ -174,36 +162,6 @@ async def load_run_hosts(
         return set()
     cur = await conn.execute(_RUN_HOSTS, _run_params(workspace_id, runs))
     return {int(row[0]) for row in await cur.fetchall()}
-
-
-class PendingJobs:
-    """The job GPUs of an ingest batch, asked for in its lock's round trip."""
-
-    def __init__(
-        self, ranges: psycopg.AsyncCursor[Any] | None, hosts: psycopg.AsyncCursor[Any] | None
-    ) -> None:
-        self._ranges = ranges
-        self._hosts = hosts
-
-    async def delta(self) -> JobDelta:
-        if self._ranges is None or self._hosts is None:
-            return JobDelta()
-        ranges = job_gpu_ranges(await self._ranges.fetchall())
-        since = {int(host): at for host, at in await self._hosts.fetchall()}
-        return delta_of(ranges, since)
-
-
-async def ask_batch_jobs(conn: psycopg.AsyncConnection[Any], spans: Sequence[Span]) -> PendingJobs:
-    """Send (in the caller's pipeline, after its host lock) the reads of the job GPUs
-    around each host's [first, last] new observation (widened by the widest
-    maxSampleGap) and of the cluster hosts among them; fetch nothing yet."""
-    if not spans:
-        return PendingJobs(None, None)
-    ranges = await conn.execute(_BATCH_JOB_GPUS, _span_arrays(spans))
-    hosts = await conn.execute(
-        _CLUSTER_HOSTS, [int_array(s[0] for s in spans), int_array(s[1] for s in spans)]
-    )
-    return PendingJobs(ranges, hosts)
 
 
 _UPSERT_FIGURES = """

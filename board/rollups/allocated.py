@@ -71,7 +71,10 @@ class AllocationDelta(ABC, Generic[A]):
         self.allocations: dict[int, list[tuple[A, int]]] = {}
 
     def add_allocation(self, allocation: A, sign: int = 1) -> None:
-        self.allocations.setdefault(allocation.gpu_id, []).append((allocation, sign))
+        # A new list, never an append: a delta may share its lists with a kept copy
+        # (board.jobs.batch).
+        gpu = allocation.gpu_id
+        self.allocations[gpu] = [*self.allocations.get(gpu, ()), (allocation, sign)]
 
     @abstractmethod
     def row(self, allocation: A, host_id: int, gpu_id: int, hour_us: int) -> list[int]:

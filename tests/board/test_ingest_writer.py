@@ -16,12 +16,12 @@ async def test_one_bad_item_does_not_fail_its_batch(app, client, monkeypatch) ->
 
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def recording(conn, observations, cache, prepared=None):
+    async def recording(conn, observations, cache, prepared=None, job_cache=None):
         batches.append(len(observations))
         if len(batches) == 1:  # the first batch holds the writer while the rest queue up
             entered.set()
             await release.wait()
-        return await real_store_batch(conn, observations, cache, prepared)
+        return await real_store_batch(conn, observations, cache, prepared, job_cache)
 
     monkeypatch.setattr(writer, "store_batch", recording)
     tenant = await make_tenant(app, "acme", password=None)
