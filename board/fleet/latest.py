@@ -24,7 +24,7 @@ _NEWEST = text(
     SELECT h.id, r.gpu_id, r.gpu_index, r.gpu_state, r.gpu_reported_state, r.gpu_util_pct,
            r.gpu_memory_used_mb, r.gpu_memory_total_mb, r.gpu_temperature_c, r.gpu_power_w,
            r.process_gpu_id, r.process_pid, r.process_user, r.process_name, r.process_type,
-           r.process_memory_mb
+           r.process_memory_mb, r.process_job_id
     FROM hosts h
     CROSS JOIN LATERAL raw_observations(h.workspace_id, h.id, h.latest_observed_at,
                                         h.latest_observed_at) r
@@ -65,15 +65,23 @@ async def newest_gpus(
     gpus: dict[int, list[GpuOut]] = defaultdict(list)
     for host_id, *arrays in await session.execute(_NEWEST, params):
         (gpu_ids, indexes, states, reported, utils, used, totals, temps, powers, *procs) = arrays
+        *procs, jobs = procs
+        if jobs is None:  # no process named its job
+            jobs = [None] * len(procs[0])
         processes: dict[int, list[ProcessOut]] = defaultdict(list)
-        for gpu_id, pid, user, name, ptype, memory in sorted(
-            zip(*procs, strict=True), key=lambda p: (p[0], p[1], p[2], p[3])
+        for gpu_id, pid, user, name, ptype, memory, job in sorted(
+            zip(*procs, jobs, strict=True), key=lambda p: (p[0], p[1], p[2], p[3])
         ):
             # model_construct: the database's own values, already of the right types; at
             # fleet scale (2,400 GPUs, ~5,000 processes) validating each costs ~30 ms a page.
             processes[gpu_id].append(
                 ProcessOut.model_construct(
-                    pid=pid, linux_user=user, name=name, type=ptype, memory_used_mb=memory
+                    pid=pid,
+                    linux_user=user,
+                    name=name,
+                    type=ptype,
+                    memory_used_mb=memory,
+                    job_id=job,
                 )
             )
         rows = zip(

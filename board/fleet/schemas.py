@@ -22,6 +22,8 @@ class ProcessOut(ReadModel):
     type: str
     # null when the driver could not say (agents 1.8+ may send null).
     memory_used_mb: int | None
+    # The scheduler job the process runs in, from its cgroup (our agent); else null.
+    job_id: str | None = None
 
 
 class _GpuFields(ReadModel):

@@ -25,14 +25,14 @@ from board.fleet.search import search_hosts, sort_hosts
 from board.hosts.freshness import freshness
 from board.hosts.models import Host, HostRejection
 from board.hosts.service import get_host_row
-from board.jobs.live import JobNow, RunsInForce, job_now, job_out, runs_in_force
+from board.jobs.live import JobNow, RunsInForce, job_now, job_out, run_named, runs_in_force
 from board.reservations.availability import (
     InForce,
     availability,
     bookings_in_force,
     gpu_availability,
 )
-from board.rollups.crediting import compute_holders
+from board.rollups.crediting import compute_holders, named_jobs
 
 REJECTIONS_WINDOW = timedelta(hours=24)
 
@@ -44,15 +44,17 @@ def _shown_gpu(gpu: GpuOut, with_processes: bool) -> GpuOut | GpuProcessCountOut
     return GpuProcessCountOut(**fields, process_count=len(gpu.processes))
 
 
-def _job(
-    host_id: int, gpu: GpuOut, observed: bool, holders: tuple[str, ...], jobs: RunsInForce
-) -> JobNow | None:
-    """The oldest run in force on the GPU, standing against its newest state."""
+def _job(host_id: int, gpu: GpuOut, observed: bool, jobs: RunsInForce) -> JobNow | None:
+    """The run in force on the GPU (the oldest its processes may be: run_named),
+    standing against its newest state."""
     runs = jobs.get((host_id, gpu.uuid))
     if not runs:
         return None
     state = gpu.usage_state if observed else None
-    return job_now(runs[0], state, holders, gpu.state_since)
+    processes = [(p.linux_user, p.type, p.job_id) for p in gpu.processes]
+    holders = compute_holders((user, ptype) for user, ptype, _ in processes)
+    pairs = named_jobs(processes)
+    return job_now(run_named(runs, pairs), state, holders, gpu.state_since, pairs)
 
 
 def _with_availability(
@@ -68,7 +70,7 @@ def _with_availability(
         host_id, gpu.uuid, observed, gpu.usage_state, processes, in_force
     )
     update: dict[str, object] = {"availability": shown, "reservation": booking}
-    job = _job(host_id, gpu, observed, compute_holders(processes), jobs)
+    job = _job(host_id, gpu, observed, jobs)
     if job is not None:
         update["job"] = job_out(job, with_processes)
     return gpu.model_copy(update=update)
@@ -263,7 +265,7 @@ def _gpu_now(
     booking = in_force.get((host_id, gpu.uuid))
     users = frozenset(booking.linux_users) if booking is not None else None
     shown = availability(observed, gpu.usage_state, holders, users)
-    return GpuNow(gpu, holders, shown, booking, _job(host_id, gpu, observed, holders, jobs))
+    return GpuNow(gpu, holders, shown, booking, _job(host_id, gpu, observed, jobs))
 
 
 async def fleet_hosts(session: AsyncSession, ctx: WorkspaceContext) -> list[HostNow]:

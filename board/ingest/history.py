@@ -99,7 +99,7 @@ async def load_ticks(
         """
         SELECT k.host_id, k.t, r.gpu_id, r.gpu_state, r.gpu_util_pct, r.gpu_memory_used_mb,
                r.gpu_memory_total_mb, r.process_gpu_id, r.process_user, r.process_type,
-               r.gpu_power_w
+               r.gpu_power_w, r.process_job_id
         FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) AS k(ws, host_id, t)
         CROSS JOIN LATERAL raw_observations(k.ws, k.host_id, k.t, k.t) r
         """,

@@ -10,7 +10,14 @@ from functools import lru_cache
 from typing import Any
 
 from board.ingest.schemas import SnapshotIn
-from board.rollups.crediting import GpuTick, Tick, compute_holders, derive_state, to_us
+from board.rollups.crediting import (
+    GpuTick,
+    Tick,
+    compute_holders,
+    derive_state,
+    named_jobs,
+    to_us,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,7 @@ def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
                 memory_total_mb=g.memoryTotalMb,
                 holders=compute_holders((p.linuxUser, p.type) for p in g.processes),
                 power_w=g.powerW,
+                job_pairs=named_jobs((p.linuxUser, p.type, p.jobId) for p in g.processes),
             )
             for g in obs.snapshot.gpus
         ),
@@ -65,7 +73,8 @@ def encode_tick(tick: Tick, since: Mapping[int, int] | None = None) -> str:
     """A host's newest tick as kept on its row: what the next observation's interval needs,
     each GPU's stateSince in µs (board.ingest.state_since; null when unknown) as a 7th
     element and its power (null when unread) as an 8th. Ticks kept before energy have 6
-    or 7 elements: no power, so their interval adds no energy."""
+    or 7 elements: no power, so their interval adds no energy. A GPU whose processes
+    name their jobs has the (user, job) pairs as a 9th (board.rollups.crediting.named_jobs)."""
     starts = since or {}
     return json.dumps(
         [
@@ -78,6 +87,7 @@ def encode_tick(tick: Tick, since: Mapping[int, int] | None = None) -> str:
                 g.holders,
                 starts.get(g.gpu_id),
                 g.power_w,
+                *((g.job_pairs,) if g.job_pairs else ()),
             ]
             for g in tick.gpus
         ],
@@ -94,7 +104,16 @@ def decode_tick(host_id: int, observed_us: int, encoded: str) -> Tick:
         host_id=host_id,
         observed_us=observed_us,
         gpus=tuple(
-            GpuTick(gpu_id, state, util, used, total, tuple(holders), rest[1] if rest[1:] else None)
+            GpuTick(
+                gpu_id,
+                state,
+                util,
+                used,
+                total,
+                tuple(holders),
+                rest[1] if rest[1:] else None,
+                tuple((user, job) for user, job in rest[2]) if rest[2:] else (),
+            )
             for gpu_id, state, util, used, total, holders, *rest in json.loads(encoded)
         ),
     )

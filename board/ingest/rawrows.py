@@ -24,22 +24,23 @@ _INSERT = """
         gpu_id, gpu_index, gpu_util_pct, gpu_memory_used_mb, gpu_memory_total_mb,
         gpu_temperature_c, gpu_power_w, gpu_reported_state, gpu_state,
         process_gpu_id, process_pid, process_user, process_name, process_type,
-        process_memory_mb)
+        process_memory_mb, process_job_id)
     SELECT ws, host_id, observed_at, received_at, status, errors::text[], agent_version,
            driver_version, gpu_id::bigint[], gpu_index::smallint[], util::smallint[],
            used::int[], total::int[], temperature::smallint[], power::int[],
            reported::text[], state::text[], p_gpu::bigint[], p_pid::int[], p_user::text[],
-           p_name::text[], p_type::text[], p_memory::bigint[]
+           p_name::text[], p_type::text[], p_memory::bigint[], p_job::text[]
     FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[], %s::text[],
                 %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
                 %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])
+                %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                %s::text[])
          AS o(ws, host_id, observed_at, received_at, status, errors, agent_version,
               driver_version, gpu_id, gpu_index, util, used, total, temperature, power,
-              reported, state, p_gpu, p_pid, p_user, p_name, p_type, p_memory)
+              reported, state, p_gpu, p_pid, p_user, p_name, p_type, p_memory, p_job)
 """
 
-_COLUMNS = 23
+_COLUMNS = 24
 
 
 def observation_row(o: Observation, gpu_ids: dict[GpuKey, GpuInfo]) -> tuple[Any, ...]:
@@ -73,6 +74,10 @@ def observation_row(o: Observation, gpu_ids: dict[GpuKey, GpuInfo]) -> tuple[Any
         text_array(p.name for _, p in processes),
         text_array(p.type or "compute" for _, p in processes),
         nullable_int_array(p.memoryUsedMb for _, p in processes),
+        # NULL unless a process names its job (never, from the released agent).
+        nullable_text_array(p.jobId for _, p in processes)
+        if any(p.jobId is not None for _, p in processes)
+        else None,
     )
 
 
@@ -85,7 +90,8 @@ def observation_params(
     return [
         int_array(columns[0]),
         int_array(columns[1]),
-        *(text_array(columns[i]) for i in range(2, _COLUMNS)),
+        *(text_array(columns[i]) for i in range(2, _COLUMNS - 1)),
+        nullable_text_array(columns[_COLUMNS - 1]),  # the job ids: NULL when none named
     ]
 
 

@@ -78,7 +78,8 @@ class ProcessIn(_Strict):
     type: Literal["compute", "graphics"] | None = None
     # No upper bound: agents report per-process memory above the card's total.
     memoryUsedMb: Annotated[int, Field(ge=0, le=2**53)] | None
-    # Only our own agent sends these (docs/agent-api.md): checked, then not stored.
+    # Only our own agent sends these (docs/agent-api.md): jobId is stored with the process
+    # (board.jobs.crediting: whose a shared GPU is); cluster is checked, not stored.
     jobId: SchedulerName | None = None
     cluster: SchedulerName | None = None
 

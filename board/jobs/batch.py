@@ -69,7 +69,8 @@ _UNKNOWN_VERSION = -1
 # runs not ended by then, matched to GPUs; a host with no run answers one row of NULLs.
 _STALE_JOB_GPUS = f"""
     SELECT s.host_id, h.allocations_version, {{WINDOW_US}}, ch.since_us,
-           r.workspace_id, r.job_id, r.gpu_id, r.start_us, r.end_us, r.linux_user
+           r.workspace_id, r.job_id, r.gpu_id, r.start_us, r.end_us, r.linux_user,
+           r.raw_job_id
     FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::bigint[], %s::bigint[])
          AS s(ws, host_id, lo, known_version, known_lo_us)
     JOIN workspaces w ON w.id = s.ws
@@ -83,10 +84,11 @@ _STALE_JOB_GPUS = f"""
     ) AS ch ON true
     LEFT JOIN LATERAL (
         SELECT jg.workspace_id, jg.job_id, g.id AS gpu_id, {US_OF_START} AS start_us,
-               {US_OF_END} AS end_us, jg.linux_user
+               {US_OF_END} AS end_us, jg.linux_user, j.raw_job_id
         FROM job_gpus jg
         JOIN gpus g ON g.workspace_id = jg.workspace_id AND g.host_id = jg.host_id
                    AND coalesce(g.minor_number, g.gpu_index) = jg.device
+        JOIN scheduler_jobs j ON j.workspace_id = jg.workspace_id AND j.id = jg.job_id
         WHERE jg.workspace_id = s.ws AND jg.host_id = s.host_id
           AND (upper(jg.during) > win.window_lo OR upper_inf(jg.during))
         OFFSET 0
@@ -123,13 +125,13 @@ class PendingJobs:
 
 def _read(rows: Sequence[tuple[Any, ...]]) -> dict[int, HostJobGpus]:
     read: dict[int, HostJobGpus] = {}
-    for host_id, version, window_us, since_us, ws, job_id, gpu_id, start, end, user in rows:
+    for host_id, version, window_us, since_us, ws, job_id, gpu_id, start, end, user, raw in rows:
         kept = read.get(host_id)
         if kept is None:
             kept = read[host_id] = HostJobGpus(int(version), int(window_us))
             kept.since_us = None if since_us is None else int(since_us)
         if job_id is not None:
-            kept.add(job_gpu_range(ws, job_id, host_id, gpu_id, start, end, user))
+            kept.add(job_gpu_range(ws, job_id, host_id, gpu_id, start, end, user, raw))
     for kept in read.values():
         for ranges in kept.view_ranges.values():
             ranges.sort()

@@ -58,6 +58,8 @@ class JobGpuRange:
     # The allocation's users as the shared classification reads them (made once: the
     # crediting asks for them on every piece).
     linux_users: frozenset[str]
+    # Slurm's own id of the run's job, what a process's cgroup names (our agent's jobId).
+    raw_job_id: str = ""
 
     @classmethod
     def of(
@@ -69,6 +71,7 @@ class JobGpuRange:
         start_us: int,
         end_us: int | None,
         linux_user: str,
+        raw_job_id: str = "",
     ) -> JobGpuRange:
         return cls(
             workspace_id,
@@ -79,7 +82,16 @@ class JobGpuRange:
             OPEN_END_US if end_us is None else end_us,
             linux_user,
             frozenset((linux_user,)),
+            raw_job_id,
         )
+
+    def claims(self, job_pairs: tuple[tuple[str, str], ...]) -> bool:
+        """Whether its user's processes on a GPU may be this run's, from the jobs they
+        name (GpuTick.job_pairs, never empty here): yes when one names this run's job or
+        names none; no when every one names another job (another run of the same user
+        sharing the GPU, or a job of theirs the scheduler placed elsewhere)."""
+        user = self.linux_user
+        return any(u == user and job in ("", self.raw_job_id) for u, job in job_pairs)
 
 
 @dataclass
@@ -145,6 +157,9 @@ class JobDelta(AllocationDelta[JobGpuRange]):
             row = self.figures[key] = [0] * len(FIGURE_COLUMNS)
             self.host_of_gpu[gpu_id] = host_id
         return row
+
+    def claims(self, allocation: JobGpuRange, job_pairs: tuple[tuple[str, str], ...]) -> bool:
+        return allocation.claims(job_pairs)
 
     def add_more(self, row: list[int], gpu: GpuTick, signed_us: int) -> None:
         row[_UTIL] += gpu.util_pct * signed_us

@@ -58,6 +58,14 @@ class JobRun:
     host_id: int
     gpu_id: int
     gpu_uuid: str
+    raw_job_id: str = ""  # Slurm's own id: what a process's cgroup names
+
+    def claims(self, job_pairs: tuple[tuple[str, str], ...]) -> bool:
+        """As board.jobs.crediting.JobGpuRange.claims: its user's processes on the GPU may
+        be this run's unless every one names another job."""
+        return not job_pairs or any(
+            u == self.linux_user and job in ("", self.raw_job_id) for u, job in job_pairs
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,35 +83,52 @@ class JobNow:
         return self.standing in WASTING
 
 
-def standing_of(state: str | None, holders: tuple[str, ...], linux_user: str) -> Standing | None:
+def standing_of(
+    state: str | None, holders: tuple[str, ...], linux_user: str, claimed: bool = True
+) -> Standing | None:
     """How a GPU in `state` with compute `holders` stands for a job of `linux_user`;
-    None when the GPU is not observed (`state` None)."""
+    None when the GPU is not observed (`state` None). `claimed`: False when the user's
+    processes all name another job (JobRun.claims): then they are someone else's."""
     if state is None:
         return None
     users = billed_users(state, holders)
     if not users:
         return "unused"
-    if linux_user in users:
+    if linux_user in users and claimed:
         return "active" if state == "active" else "idle_held"
     return "foreign"
 
 
 def job_now(
-    run: JobRun, state: str | None, holders: tuple[str, ...], state_since: datetime | None
+    run: JobRun,
+    state: str | None,
+    holders: tuple[str, ...],
+    state_since: datetime | None,
+    job_pairs: tuple[tuple[str, str], ...] = (),
 ) -> JobNow:
     """`state`: the GPU's counted state in its host's newest observation, None when not
-    observed; `state_since`: its stateSince (None when unknown)."""
-    standing = standing_of(state, holders, run.linux_user)
+    observed; `state_since`: its stateSince (None when unknown); `job_pairs`: the
+    (user, job) its processes name (board.rollups.crediting.named_jobs)."""
+    claimed = run.claims(job_pairs)
+    standing = standing_of(state, holders, run.linux_user, claimed)
     since = None
     if standing is not None and state_since is not None:
         since = max(state_since, run.started_at)
-    foreign = tuple(u for u in billed_users(state, holders) if u != run.linux_user) if state else ()
-    return JobNow(run, standing, since, foreign if standing == "foreign" else ())
+    if standing != "foreign" or state is None:
+        return JobNow(run, standing, since)
+    others = tuple(u for u in billed_users(state, holders) if u != run.linux_user or not claimed)
+    return JobNow(run, standing, since, others)
+
+
+def run_named(runs: list[JobRun], job_pairs: tuple[tuple[str, str], ...]) -> JobRun:
+    """The run a GPU is shown with: the oldest its processes may be (JobRun.claims), else
+    the oldest."""
+    return next((run for run in runs if run.claims(job_pairs)), runs[0])
 
 
 _IN_FORCE = """
     SELECT j.id, j.public_id, j.cluster, j.job_id, j.linux_user, j.account, j.partition,
-           j.name, j.state, j.started_at, jg.host_id, g.id, g.uuid
+           j.name, j.state, j.started_at, jg.host_id, g.id, g.uuid, j.raw_job_id
     FROM job_gpus jg
     JOIN scheduler_jobs j ON j.workspace_id = jg.workspace_id AND j.id = jg.job_id
     JOIN gpus g ON g.workspace_id = jg.workspace_id AND g.host_id = jg.host_id
@@ -136,16 +161,19 @@ _HOSTS = """
     FROM hosts WHERE workspace_id = %s AND revoked_at IS NULL
 """
 
-Newest = dict[int, tuple[str, tuple[str, ...], datetime | None]]
+Pairs = tuple[tuple[str, str], ...]
+Newest = dict[int, tuple[str, tuple[str, ...], datetime | None, Pairs]]
 
 
 def newest_of_tick(encoded: str | None) -> Newest:
-    """gpu id -> (state, compute holders, stateSince) from a host's kept tick (its newest
-    observation, board.ingest.normalize.encode_tick: stateSince in µs as 7th element)."""
+    """gpu id -> (state, compute holders, stateSince, (user, job) pairs) from a host's kept
+    tick (its newest observation, board.ingest.normalize.encode_tick: stateSince in µs as
+    7th element, the pairs as 9th when its processes name jobs)."""
     found: Newest = {}
     for gpu in json.loads(encoded) if encoded else ():
         since = from_us(int(gpu[6])) if len(gpu) > 6 and gpu[6] is not None else None
-        found[int(gpu[0])] = (str(gpu[1]), tuple(gpu[5]), since)
+        pairs = tuple((str(u), str(j)) for u, j in gpu[8]) if len(gpu) > 8 else ()
+        found[int(gpu[0])] = (str(gpu[1]), tuple(gpu[5]), since, pairs)
     return found
 
 
@@ -172,8 +200,8 @@ async def jobs_now(
             fresh = freshness(observed_at, status, now, stale_after_seconds)
             newest[hid] = newest_of_tick(tick) if fresh not in ("stale", "never") else {}
         for run in gpu_runs:
-            state, holders, since = newest[hid].get(run.gpu_id, (None, (), None))
-            found.append(job_now(run, state, holders, since))
+            state, holders, since, pairs = newest[hid].get(run.gpu_id, (None, (), None, ()))
+            found.append(job_now(run, state, holders, since, pairs))
     return found
 
 

@@ -33,7 +33,7 @@ US_OF_END = "(extract(epoch FROM upper(jg.during)) * 1000000)::bigint"
 # ingest batch reads them through board.jobs.batch, which keeps them between batches.)
 _JOB_GPUS = f"""
     SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, {US_OF_START}, {US_OF_END},
-           jg.linux_user
+           jg.linux_user, j.raw_job_id
     FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::timestamptz[])
          AS s(ws, host_id, lo, hi)
     CROSS JOIN LATERAL (
@@ -45,6 +45,7 @@ _JOB_GPUS = f"""
     ) AS jg
     JOIN gpus g ON g.workspace_id = jg.workspace_id AND g.host_id = jg.host_id
                AND coalesce(g.minor_number, g.gpu_index) = jg.device
+    JOIN scheduler_jobs j ON j.workspace_id = jg.workspace_id AND j.id = jg.job_id
 """
 _CLUSTER_HOSTS = """
     SELECT ch.host_id, ch.since FROM cluster_hosts ch
@@ -64,7 +65,8 @@ def _span_arrays(spans: Sequence[Span]) -> list[str]:
 
 
 def job_gpu_ranges(rows: Iterable[tuple[Any, ...]]) -> list[JobGpuRange]:
-    """Rows of (workspace, job, host, gpu, start µs, end µs or None, user) as ranges, once
+    """Rows of (workspace, job, host, gpu, start µs, end µs or None, user, raw job id) as
+    ranges, once
     each. Every ingest batch reads the same few hundred rows again: each is made once."""
     found: dict[tuple[int, int], JobGpuRange] = {}
     for row in rows:
@@ -74,9 +76,16 @@ def job_gpu_ranges(rows: Iterable[tuple[Any, ...]]) -> list[JobGpuRange]:
 
 @lru_cache(maxsize=16_384)
 def job_gpu_range(
-    ws: int, job_id: int, host_id: int, gpu_id: int, start: int, end: int | None, user: str
+    ws: int,
+    job_id: int,
+    host_id: int,
+    gpu_id: int,
+    start: int,
+    end: int | None,
+    user: str,
+    raw_job_id: str,
 ) -> JobGpuRange:
-    return JobGpuRange.of(ws, job_id, host_id, gpu_id, start, end, user)
+    return JobGpuRange.of(ws, job_id, host_id, gpu_id, start, end, user, raw_job_id)
 
 
 def delta_of(ranges: Iterable[JobGpuRange], since: dict[int, datetime]) -> JobDelta:
@@ -116,7 +125,7 @@ async def load_cluster_since(
 
 _RUN_GPUS = f"""
     SELECT jg.workspace_id, jg.job_id, jg.host_id, g.id, {US_OF_START}, {US_OF_END},
-           j.linux_user
+           j.linux_user, j.raw_job_id
     FROM unnest(%s::text[], %s::text[], %s::int[]) AS k(cluster, raw_job_id, restart_count)
     JOIN scheduler_jobs j ON j.workspace_id = %s AND j.cluster = k.cluster
                          AND j.raw_job_id = k.raw_job_id AND j.restart_count = k.restart_count

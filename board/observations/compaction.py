@@ -58,6 +58,7 @@ RECORD_FIELDS = (
     "process_name",
     "process_type",
     "process_memory_mb",
+    "process_job_id",
 )
 _RECORD = ", ".join(f"o.{f}" for f in RECORD_FIELDS)
 

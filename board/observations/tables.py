@@ -73,6 +73,9 @@ host_observations = Table(
     Column("process_name", ARRAY(Text), nullable=False),
     Column("process_type", ARRAY(Text), nullable=False),
     Column("process_memory_mb", ARRAY(BigInteger), nullable=False),  # null elements
+    # The scheduler job each process ran in (our agent's jobId): NULL when no process of
+    # the observation named one, a null element for a process that named none.
+    Column("process_job_id", ARRAY(Text)),
     PrimaryKeyConstraint("workspace_id", "host_id", "observed_at"),
     postgresql_partition_by="RANGE (observed_at)",
 )

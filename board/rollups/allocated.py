@@ -8,6 +8,8 @@ at hours by the crediting rule, board.rollups.crediting) counts in exactly one s
 - MINE_ACTIVE: a compute process of its users on an `active` card;
 - MINE_IDLE: one of theirs on a card that is not `active` (held, doing nothing);
 - OTHERS: only someone else's (`unknown`, a held card naming no process, is someone else);
+  for a job, also its user's processes when every one of them names another job (our
+  agent reads each process's job from its cgroup: `claims`);
 - UNUSED: no compute process at all.
 
 `AllocationDelta` holds the allocations in force by GPU, each with a sign (a change
@@ -83,6 +85,11 @@ class AllocationDelta(ABC, Generic[A]):
     def add_more(self, row: list[int], gpu: GpuTick, signed_us: int) -> None:
         """Anything else a piece adds besides its slot (nothing, unless overridden)."""
 
+    def claims(self, allocation: A, job_pairs: tuple[tuple[str, str], ...]) -> bool:
+        """Whether its users' processes on a GPU whose processes name their jobs
+        (`job_pairs`) may be this allocation's; a booking names no job: always."""
+        return True
+
     def credit_piece(
         self, opener: Tick, hour_us: int, start_us: int, end_us: int, sign: int
     ) -> None:
@@ -106,7 +113,9 @@ class AllocationDelta(ABC, Generic[A]):
                 row[COVERED] += signed
                 if not users:
                     row[UNUSED] += signed
-                elif allocation.linux_users.isdisjoint(users):
+                elif allocation.linux_users.isdisjoint(users) or (
+                    g.job_pairs and not self.claims(allocation, g.job_pairs)
+                ):
                     row[OTHERS] += signed
                 else:
                     row[mine] += signed

@@ -122,6 +122,20 @@ def compute_holders(processes: Iterable[tuple[str, str | None]]) -> tuple[str, .
     return tuple(sorted({user for user, ptype in processes if (ptype or "compute") == "compute"}))
 
 
+def named_jobs(
+    processes: Iterable[tuple[str, str | None, str | None]],
+) -> tuple[tuple[str, str], ...]:
+    """The distinct (Linux user, job id) of a GPU's compute processes, sorted, "" for one
+    that names no job, from (user, type, jobId); empty when none names a job (always, for
+    the released agent), so only the holders count then (board.rollups.allocated)."""
+    pairs = {
+        (user, job or "") for user, ptype, job in processes if (ptype or "compute") == "compute"
+    }
+    if not any(job for _, job in pairs):
+        return ()
+    return tuple(sorted(pairs))
+
+
 def billed_users(state: str, holders: tuple[str, ...]) -> tuple[str, ...]:
     """Who a GPU's time is billed to: its compute holders, or `unknown` for a card that
     is held (active or idle-held) with no compute process named.
@@ -147,6 +161,8 @@ class GpuTick(NamedTuple):
     holders: tuple[str, ...]
     # Watts, or None when the agent could not read it: the interval adds no energy then.
     power_w: int | None = None
+    # (user, job) of its compute processes when any names its scheduler job (named_jobs).
+    job_pairs: tuple[tuple[str, str], ...] = ()
 
 
 class Tick(NamedTuple):
@@ -307,19 +323,26 @@ def gpu_ticks(
     process_users: list[str],
     process_types: list[str],
     powers: Sequence[int | None] | None = None,
+    process_jobs: Sequence[str | None] | None = None,
 ) -> tuple[GpuTick, ...]:
     """One stored observation's GPUs as ticks, from its raw arrays: each with its compute
     holders, in GPU id order (an error heartbeat has none); `powers` the GPUs' watts
-    (None: the reader needs no energy)."""
-    users: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for gpu_id, user, ptype in zip(process_gpus, process_users, process_types, strict=True):
-        users[gpu_id].append((user, ptype))
+    (None: the reader needs no energy); `process_jobs` the processes' job ids (None:
+    none named one, or the reader needs no jobs)."""
+    users: dict[int, list[tuple[str, str, str | None]]] = defaultdict(list)
+    jobs = process_jobs if process_jobs is not None else [None] * len(process_gpus)
+    for gpu_id, user, ptype, job in zip(
+        process_gpus, process_users, process_types, jobs, strict=True
+    ):
+        users[gpu_id].append((user, ptype, job))
     watts = powers if powers is not None else [None] * len(gpu_ids)
-    ticks = [
-        GpuTick(gpu_id, state, util, mem, total, compute_holders(users.get(gpu_id, ())), power)
-        for gpu_id, state, util, mem, total, power in zip(
-            gpu_ids, states, utils, used, totals, watts, strict=True
-        )
-    ]
+    ticks = []
+    for gpu_id, state, util, mem, total, power in zip(
+        gpu_ids, states, utils, used, totals, watts, strict=True
+    ):
+        processes = users.get(gpu_id, ())
+        holders = compute_holders((user, ptype) for user, ptype, _ in processes)
+        pairs = named_jobs(processes) if process_jobs is not None else ()
+        ticks.append(GpuTick(gpu_id, state, util, mem, total, holders, power, pairs))
     ticks.sort(key=lambda g: g.gpu_id)
     return tuple(ticks)

@@ -51,7 +51,7 @@ class RawSpan:
 _TICKS = """
     SELECT r.observed_at, r.gpu_id, r.gpu_state, r.gpu_util_pct, r.gpu_memory_used_mb,
            r.gpu_memory_total_mb, r.process_gpu_id, r.process_user, r.process_type,
-           r.gpu_power_w
+           r.gpu_power_w, r.process_job_id
     FROM raw_observations(%(ws)s, %(host)s, %(lo)s, %(hi)s) r
     ORDER BY r.observed_at
 """

@@ -52,6 +52,7 @@ async def test_agent_130_snapshot_derives_states(app, client) -> None:
         "name": "python",
         "type": "compute",
         "memoryUsedMb": 70000,
+        "jobId": None,  # the released agent names no job
     }
 
 
