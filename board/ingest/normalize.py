@@ -50,6 +50,8 @@ def gpu_state(gpu: Any, partial: bool = False) -> str:
 
 def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
     partial = obs.snapshot.collectionStatus == "partial"
+    # Only our agent names jobs: the released agent's ticks skip the pairs altogether.
+    named = any(p.jobId is not None for g in obs.snapshot.gpus for p in g.processes)
     return Tick(
         host_id=obs.host_id,
         observed_us=obs.observed_us,
@@ -62,7 +64,9 @@ def tick_of(obs: Observation, gpu_ids: dict[str, int]) -> Tick:
                 memory_total_mb=g.memoryTotalMb,
                 holders=compute_holders((p.linuxUser, p.type) for p in g.processes),
                 power_w=g.powerW,
-                job_pairs=named_jobs((p.linuxUser, p.type, p.jobId) for p in g.processes),
+                job_pairs=named_jobs((p.linuxUser, p.type, p.jobId) for p in g.processes)
+                if named
+                else (),
             )
             for g in obs.snapshot.gpus
         ),
