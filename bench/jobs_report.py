@@ -32,6 +32,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -76,8 +77,6 @@ _FIGURES = """
 
 def load(url: str, days: int, end: datetime) -> tuple[int, int, int]:
     """The workspace, hosts, GPUs, jobs and their figures: (workspace, jobs, figure rows)."""
-    rng = random.Random(29)
-    start = end - timedelta(days=days)
     with psycopg.connect(url) as conn:
         ws_row = conn.execute(
             "INSERT INTO workspaces (slug, name) VALUES ('bench', 'Bench') RETURNING id"
@@ -107,58 +106,69 @@ def load(url: str, days: int, end: datetime) -> tuple[int, int, int]:
                 "FROM generate_series(0, %s) AS i",
                 [ws, row[0], h, GPUS_PER_HOST - 1],
             )
-        for a in range(ACCOUNTS):
-            conn.execute(
-                "INSERT INTO account_teams (workspace_id, account, team) VALUES (%s, %s, %s)",
-                [ws, f"acct-{a:02d}", f"team-{a % TEAMS}"],
-            )
-        job_id = 0
-        with conn.cursor().copy(
-            "COPY scheduler_jobs (workspace_id, id, public_id, cluster, raw_job_id, job_id, "
-            "linux_user, account, partition, name, state, started_at, ended_at) FROM STDIN"
-        ) as jobs_copy:
-            allocations = []
-            for host in host_ids:
-                for pair in range(GPUS_PER_HOST // 2):
-                    at = start - timedelta(minutes=rng.randrange(0, 20 * 60))
-                    while at < end:
-                        length = timedelta(minutes=rng.randrange(4 * 60, 25 * 60))
-                        ended = at + length if at + length <= end else None
-                        job_id += 1
-                        user = rng.randrange(USERS)
-                        jobs_copy.write_row(
-                            (
-                                ws,
-                                job_id,
-                                uuid.uuid4(),
-                                "hpc",
-                                str(job_id),
-                                str(job_id),
-                                f"user{user:03d}",
-                                f"acct-{user % ACCOUNTS:02d}",
-                                PARTITIONS[job_id % 3],
-                                f"train-{job_id}",
-                                "COMPLETED" if ended else "RUNNING",
-                                at,
-                                ended,
-                            )
-                        )
-                        allocations.append((job_id, host, pair, at, ended, f"user{user:03d}"))
-                        at += length + timedelta(minutes=rng.randrange(0, 30))
-        with conn.cursor().copy(
-            "COPY job_gpus (workspace_id, job_id, host_id, device, during, linux_user) FROM STDIN"
-        ) as gpus_copy:
-            for job, host, pair, at, ended, user_name in allocations:
-                upper = ended.isoformat() if ended else ""
-                for device in (2 * pair, 2 * pair + 1):
-                    row = (ws, job, host, device, f"[{at.isoformat()},{upper})", user_name)
-                    gpus_copy.write_row(row)
-        figures = conn.execute(_FIGURES, {"ws": ws, "end": end}).rowcount
+        job_id, figures = add_jobs(conn, ws, host_ids, end - timedelta(days=days), end)
         conn.commit()
     asyncio.run(refresh_days(url))
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     return ws, job_id, figures
+
+
+def add_jobs(
+    conn: psycopg.Connection[Any], ws: int, host_ids: list[int], start: datetime, end: datetime
+) -> tuple[int, int]:
+    """The accounts and their teams, jobs on every pair of each host's GPUs from `start`
+    to `end` and their figure rows, uncommitted (bench/scale.py adds them to its fleet):
+    (jobs, figure rows). The hosts' GPUs are numbered 0..7."""
+    rng = random.Random(29)
+    for a in range(ACCOUNTS):
+        conn.execute(
+            "INSERT INTO account_teams (workspace_id, account, team) VALUES (%s, %s, %s)",
+            [ws, f"acct-{a:02d}", f"team-{a % TEAMS}"],
+        )
+    job_id = 0
+    with conn.cursor().copy(
+        "COPY scheduler_jobs (workspace_id, id, public_id, cluster, raw_job_id, job_id, "
+        "linux_user, account, partition, name, state, started_at, ended_at) FROM STDIN"
+    ) as jobs_copy:
+        allocations = []
+        for host in host_ids:
+            for pair in range(GPUS_PER_HOST // 2):
+                at = start - timedelta(minutes=rng.randrange(0, 20 * 60))
+                while at < end:
+                    length = timedelta(minutes=rng.randrange(4 * 60, 25 * 60))
+                    ended = at + length if at + length <= end else None
+                    job_id += 1
+                    user = rng.randrange(USERS)
+                    jobs_copy.write_row(
+                        (
+                            ws,
+                            job_id,
+                            uuid.uuid4(),
+                            "hpc",
+                            str(job_id),
+                            str(job_id),
+                            f"user{user:03d}",
+                            f"acct-{user % ACCOUNTS:02d}",
+                            PARTITIONS[job_id % 3],
+                            f"train-{job_id}",
+                            "COMPLETED" if ended else "RUNNING",
+                            at,
+                            ended,
+                        )
+                    )
+                    allocations.append((job_id, host, pair, at, ended, f"user{user:03d}"))
+                    at += length + timedelta(minutes=rng.randrange(0, 30))
+    with conn.cursor().copy(
+        "COPY job_gpus (workspace_id, job_id, host_id, device, during, linux_user) FROM STDIN"
+    ) as gpus_copy:
+        for job, host, pair, at, ended, user_name in allocations:
+            upper = ended.isoformat() if ended else ""
+            for device in (2 * pair, 2 * pair + 1):
+                row = (ws, job, host, device, f"[{at.isoformat()},{upper})", user_name)
+                gpus_copy.write_row(row)
+    figures = conn.execute(_FIGURES, {"ws": ws, "end": end}).rowcount
+    return job_id, figures
 
 
 async def refresh_days(url: str) -> None:

@@ -92,10 +92,16 @@ WATTS = {"active": 300, "idle_held": 70, "idle": 50}
 
 
 def fleet_lines(
-    workspace_id: int, gpu_ids: list[tuple[int, int]], days: int, end: datetime, table: int
+    workspace_id: int,
+    gpu_ids: list[tuple[int, int]],
+    days: int,
+    end: datetime,
+    table: int,
+    seed: int = 42,
 ) -> Iterator[str]:
-    """COPY lines of one table (0: GPU-hours, 1: user-hours); same seed, same fleet."""
-    rng = random.Random(42)
+    """COPY lines of one table (0: GPU-hours, 1: user-hours); same seed, same fleet
+    (bench/scale.py loads a day at a time, each day with a seed of its own)."""
+    rng = random.Random(seed)
     start = end - timedelta(days=days)
     stamps = [(start + timedelta(hours=i)).isoformat() for i in range(days * 24)]
     for gpu_id, host_id in gpu_ids:

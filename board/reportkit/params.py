@@ -106,6 +106,20 @@ class Window:
         """Whether a local day in this window is exactly a UTC day (offset 0 throughout)."""
         return all(offset == timedelta(0) for _, offset in self.changes)
 
+    def days_across_months(self, d0: datetime, d1: datetime) -> tuple[datetime, ...]:
+        """The UTC days in [d0, d1) whose hours start on dates of two local months (the
+        last or first UTC day of a month wherever local days are not UTC days)."""
+        if self.days_are_utc_days():
+            return ()
+        found = []
+        day = d0
+        while day < d1:
+            first, last = self.day_of(day), self.day_of(day + timedelta(hours=23))
+            if (first.year, first.month) != (last.year, last.month):
+                found.append(day)
+            day += timedelta(days=1)
+        return tuple(found)
+
     def whole_utc_days(self, day_keyed: bool) -> tuple[datetime, datetime]:
         """[d0, d1): the whole UTC days inside the window that day rollups may serve.
 

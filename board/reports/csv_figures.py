@@ -46,6 +46,16 @@ def day_key(at: int) -> KeyText:
     return text
 
 
+def month_key(at: int) -> KeyText:
+    """A month key's cell: `YYYY-MM` (service.month_text)."""
+
+    def text(row: tuple[Any, ...]) -> str:
+        first: date = row[at]
+        return first.isoformat()[:7]
+
+    return text
+
+
 def six(value: float | str | None) -> str:
     """A figure as cell() writes it: six fixed decimals; money text as it is; null empty."""
     if value is None:

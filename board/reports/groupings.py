@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from board.errors import Unprocessable
 
-USAGE_KEYS = ("user", "team", "host", "gpu", "day")
+USAGE_KEYS = ("user", "team", "host", "gpu", "day", "month")
 UTILIZATION_GROUPS = ("host", "gpu")
 BUCKETS = ("hour", "day")
 
@@ -13,7 +13,9 @@ BUCKETS = ("hour", "day")
 def parse_usage_group(value: str | None) -> tuple[str, ...]:
     raw = "user" if value is None or value.strip() == "" else value
     keys = tuple(part.strip() for part in raw.split(","))
-    expected = "user, team, host, gpu, day, or two of them joined by a comma (e.g. team,user)"
+    expected = (
+        "user, team, host, gpu, day, month, or two of them joined by a comma (e.g. team,user)"
+    )
     for key in keys:
         if key not in USAGE_KEYS:
             raise Unprocessable(f"groupBy {key!r} is unknown; use {expected}.")

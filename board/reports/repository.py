@@ -18,13 +18,15 @@ from board.pricing.cost import Pricing
 from board.pricing.energy import NO_RATES, EnergyRates, segment_sql
 from board.reports.energy import energy_sums_sql
 
-# The SQL behind each grouping column; `day` is the local date a bucket starts on.
+# The SQL behind each grouping column; `day` is the local date a bucket starts on,
+# `month` the first day of that date's local month.
 _EXPRESSIONS = {
     "linux_user": "linux_user",
     "team": "team",
     "host_id": "host_id",
     "gpu_id": "gpu_id",
     "day": "(t AT TIME ZONE %(tz)s)::date",
+    "month": "date_trunc('month', t AT TIME ZONE %(tz)s)::date",
     "hour": "t",
 }
 
@@ -106,7 +108,8 @@ def _keyed(columns: Sequence[str]) -> list[str]:
     or an hour, the Linux user for a team."""
     found: list[str] = []
     for column in columns:
-        read = "t" if column in ("day", "hour") else "linux_user" if column == "team" else column
+        read = "t" if column in ("day", "month", "hour") else column
+        read = "linux_user" if column == "team" else read
         if read not in found:
             found.append(read)
     return found
@@ -215,9 +218,9 @@ def costed_user_source(
     in force (board/pricing/cost.py rounds them; docs/money.md).
 
     Rows are first summed per Linux user, GPU model and price segment, and per the
-    report's `columns` among gpu_id, host_id and day (as `t`, the local day's first
-    instant); the others are null. Summing before pricing keeps the price joins to a few
-    rows, and is exact: within a segment a model's price does not change.
+    report's `columns` among gpu_id, host_id and day or month (as `t`, the local day's
+    or month's first instant); the others are null. Summing before pricing keeps the
+    price joins to a few rows, and is exact: within a segment a model's price does not change.
 
     Usage reports leave out what they do not show (user_source): `teams` False, `team`
     is null (no directory join); `by_model` False, when only `*` prices are in force in
@@ -226,7 +229,9 @@ def costed_user_source(
     segment too when `rated`."""
     gpu = "r.gpu_id" if "gpu_id" in columns else "NULL::bigint"
     host = "r.host_id" if "host_id" in columns else "NULL::bigint"
-    time = "date_trunc('day', r.t, %(tz)s)" if "day" in columns else "NULL::timestamptz"
+    time = "NULL::timestamptz"
+    if "day" in columns or "month" in columns:
+        time = f"date_trunc('{'day' if 'day' in columns else 'month'}', r.t, %(tz)s)"
     # The model an hour was reported as: the GPU's name then (gpu_name_history, joined
     # only when a GPU of the workspace was ever `renamed`), else its name now.
     model = ("coalesce(n.name, g.name)" if renamed else "g.name") if by_model else "NULL::text"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from operator import itemgetter
 from typing import Any
 
@@ -46,6 +46,7 @@ KEY_FIELDS = {
     "host": ("hostId", "displayName"),
     "gpu": ("hostId", "displayName", "gpuUuid", "gpuIndex", "gpuName"),
     "day": ("day",),
+    "month": ("month",),
 }
 KEY_COLUMNS = {
     "user": ("linux_user",),
@@ -53,6 +54,7 @@ KEY_COLUMNS = {
     "host": ("host_id",),
     "gpu": ("host_id", "gpu_id"),
     "day": ("day",),
+    "month": ("month",),
 }
 USAGE_FIGURES = ("heldGpuHours", "activeGpuHours", "idleHeldGpuHours", "idleHeldShare")
 # Last on every usage row (after coveredGpuHours where there is one): board/pricing/cost.py.
@@ -132,11 +134,16 @@ async def usage_scope(
     day_keyed: bool,
     days: bool = True,
     rated: bool = True,
+    month_keyed: bool = False,
 ) -> repo.Scope:
-    """`rated`: with the window's electricity prices and carbon intensities."""
+    """`rated`: with the window's electricity prices and carbon intensities.
+    `month_keyed`: the UTC days whose hours start in two local months are read from
+    their hours (a day row would give them all to one month), like dirty days."""
     await repo.prepare(conn)
     d0, d1 = window.whole_utc_days(day_keyed) if days else (window.start, window.start)
     dirty = await repo.dirty_days(conn, workspace_id, d0, d1)
+    if month_keyed:
+        dirty = tuple(sorted({*dirty, *window.days_across_months(d0, d1)}))
     scope = repo.Scope(workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty)
     if rated:
         scope = replace(scope, rates=await energy_rates(conn, workspace_id, window.end))
@@ -150,6 +157,11 @@ def zone_known_to_database(window: Window) -> Iterator[None]:
         yield
     except psycopg.errors.InvalidParameterValue:
         raise Unprocessable(f"tz {window.tz_name!r} is not known to the database.") from None
+
+
+def month_text(first: date) -> str:
+    """A month key as rows show it: the local month of its first day, `YYYY-MM`."""
+    return first.isoformat()[:7]
 
 
 def unique(items: Sequence[str]) -> tuple[str, ...]:
@@ -224,6 +236,8 @@ def _key_builder(
             out["gpuUuid"], out["gpuIndex"], out["gpuName"] = names.gpu(key[position["gpu_id"]])
         if "day" in position:
             out["day"] = key[position["day"]].isoformat()
+        if "month" in position:
+            out["month"] = month_text(key[position["month"]])
         return tuple(out[f] for f in fields)
 
     field_at = {f: i for i, f in enumerate(fields)}
@@ -237,8 +251,8 @@ def _key_builder(
                 # Users without a team last (SQL: NULLS LAST).
                 team = row[field_at["team"]]
                 parts += [team is None, team or ""]
-            elif k == "day":
-                parts.append(row[field_at["day"]])
+            elif k in ("day", "month"):
+                parts.append(row[field_at[k]])
             else:
                 parts += [row[field_at["displayName"]], str(row[field_at["hostId"]])]
                 if k == "gpu":
@@ -254,8 +268,11 @@ async def usage_report(
     window: Window,
     keys: tuple[str, ...],
 ) -> UsageReport:
-    """GPU-hours held per Linux user, host, GPU or day (or a pair), split active/idle-held."""
-    scope = await usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
+    """GPU-hours held per Linux user, team, host, GPU, day or month (or a pair), split
+    active/idle-held."""
+    scope = await usage_scope(
+        conn, workspace_id, window, day_keyed="day" in keys, month_keyed="month" in keys
+    )
     columns = unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)
     currency = await workspace_currency(conn, workspace_id)

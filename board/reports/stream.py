@@ -10,7 +10,7 @@ worker holds one batch of rows at a time, whatever the window. The utilization r
 is board.reports.utilization_stream.
 
 Row order is the buffered reports' order. Keys are hosts and GPUs in name order,
-users and days ascending; PostgreSQL sorts by each host's (or GPU's) position in the
+users, days and months ascending; PostgreSQL sorts by each host's (or GPU's) position in the
 name order, which Python computes once per report for every key the workspace has.
 """
 
@@ -37,7 +37,7 @@ from board.reportkit.figures import HOUR_US
 from board.reportkit.params import Window
 from board.reports import repository as repo
 from board.reports import service
-from board.reports.csv_figures import KeyText, cached_key, day_key, six
+from board.reports.csv_figures import KeyText, cached_key, day_key, month_key, six
 from board.reports.energy import (
     ENERGY_FIGURES,
     NO_ENERGY,
@@ -181,8 +181,8 @@ def _usage_sql(
             order.append('linux_user COLLATE "C"')
         elif key == "team":
             order.append('team COLLATE "C" NULLS LAST')
-        elif key == "day":
-            order.append("day")
+        elif key in ("day", "month"):
+            order.append(key)
         else:
             # A key's place in the name order (service.ordered_keys); ids as a tiebreak.
             column = "gpu_id" if key == "gpu" else "host_id"
@@ -272,7 +272,9 @@ async def prepare_usage(
     fmt: str,
 ) -> Chunks:
     """The usage report's body (service.usage_report's JSON or CSV bytes) as chunks."""
-    scope = await service.usage_scope(conn, workspace_id, window, day_keyed="day" in keys)
+    scope = await service.usage_scope(
+        conn, workspace_id, window, day_keyed="day" in keys, month_keyed="month" in keys
+    )
     columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)
     with_outside = "user" in keys
@@ -310,6 +312,8 @@ async def prepare_usage(
         if "day" in position:
             day: date = row[position["day"]]
             found["day"] = day.isoformat()
+        if "month" in position:
+            found["month"] = service.month_text(row[position["month"]])
         return tuple(found[f] for f in fields)
 
     with service.zone_known_to_database(window):
@@ -326,6 +330,8 @@ async def prepare_usage(
             key_texts.append(cached_key(position[KEY_COLUMN[key]], _alone))
         elif key == "day":
             key_texts.append(day_key(position["day"]))
+        elif key == "month":
+            key_texts.append(month_key(position["month"]))
         elif key == "gpu" or "gpu" not in keys:
             key_texts.append(cached_key(position[KEY_COLUMN[key]], _named(names[key], key)))
 

@@ -23,7 +23,14 @@ from board.web.render import PageRoute, error_page, finish, render
 
 router = APIRouter(prefix="/w/{slug}", route_class=PageRoute, include_in_schema=False)
 
-GROUPS = {"user": "User", "team": "Team", "host": "Host", "gpu": "GPU", "day": "Day"}
+GROUPS = {
+    "user": "User",
+    "team": "Team",
+    "host": "Host",
+    "gpu": "GPU",
+    "day": "Day",
+    "month": "Month",
+}
 DEFAULT_DAYS = 7
 
 
@@ -155,6 +162,8 @@ def _label(row: dict[str, Any], keys: list[str]) -> str:
             parts.append(str(row["displayName"]))
         elif key == "gpu":
             parts.append(f"{row['displayName']} GPU {row['gpuIndex']}")
+        elif key == "month":
+            parts.append(str(row["month"]))
         else:
             parts.append(str(row["day"]))
     return " · ".join(parts)
