@@ -81,7 +81,10 @@ class UserDayRollup(Base):
 
 class GpuDayTotal(Base):
     """gpu_day_rollups summed over the workspace's GPUs: a usage report's covered time
-    and energy for a clean whole day when it has no GPU or host key (one row a day)."""
+    and energy for a clean whole day when it has no GPU or host key (one row a day).
+
+    Only the sums such a report reads (TOTAL_GPU_COLUMNS): a day's memory integrals over
+    a whole fleet pass bigint's range at about 1,300 cards of 80 GB (bench/scale.py)."""
 
     __tablename__ = "gpu_day_totals"
 
@@ -91,10 +94,6 @@ class GpuDayTotal(Base):
     active_us: Mapped[int] = mapped_column(BigInteger)
     idle_held_us: Mapped[int] = mapped_column(BigInteger)
     idle_us: Mapped[int] = mapped_column(BigInteger)
-    util_pct_us: Mapped[int] = mapped_column(BigInteger)
-    memory_used_mb_us: Mapped[int] = mapped_column(BigInteger)
-    memory_total_mb_us: Mapped[int] = mapped_column(BigInteger)
-    sample_count: Mapped[int] = mapped_column(BigInteger)
     energy_covered_us: Mapped[int] = mapped_column(BigInteger)
     active_energy_uws: Mapped[int] = mapped_column(BigInteger)
     idle_held_energy_uws: Mapped[int] = mapped_column(BigInteger)
@@ -182,8 +181,14 @@ async def refresh_day_rollups(
     )
     done = 0
     for (ws,) in await cur.fetchall():
-        while days := await _refresh_some(conn, int(ws), now, on_days_refreshed):
-            done += days
+        try:
+            while days := await _refresh_some(conn, int(ws), now, on_days_refreshed):
+                done += days
+        except psycopg.errors.DataException:
+            # One workspace's figures out of range (its own transaction rolled back, its
+            # days stay marked and its reports read their hours) must not hold up the
+            # others' days.
+            log.exception("day rollups: workspace %s could not be refreshed", ws)
     if done:
         log.info("day rollups: refreshed %d day(s)", done)
     return done
@@ -221,6 +226,19 @@ async def _refresh_some(
 
 
 _GPU_SUMS = ", ".join(GPU_COLUMNS)
+# What gpu_day_totals keeps of the GPUs' day rows: time and energy (board.reports reads
+# nothing else from it); µs of a day over 10^8 GPUs, or a day's energy over 10,000 GPUs at
+# the 10 kW a reading may claim (board.ingest.schemas.MAX_POWER_W), still fit a bigint.
+TOTAL_GPU_COLUMNS = (
+    "covered_us",
+    "active_us",
+    "idle_held_us",
+    "idle_us",
+    "energy_covered_us",
+    "active_energy_uws",
+    "idle_held_energy_uws",
+    "idle_energy_uws",
+)
 _USER_SUMS = ", ".join(USER_COLUMNS)
 
 
@@ -262,8 +280,8 @@ _REFRESH = (
     """,
     # The GPUs' and the users' day rows just written, summed over GPUs.
     f"""
-    INSERT INTO gpu_day_totals (workspace_id, day_start, {_GPU_SUMS})
-    SELECT workspace_id, day_start, {", ".join(f"sum({c})" for c in GPU_COLUMNS)}
+    INSERT INTO gpu_day_totals (workspace_id, day_start, {", ".join(TOTAL_GPU_COLUMNS)})
+    SELECT workspace_id, day_start, {", ".join(f"sum({c})" for c in TOTAL_GPU_COLUMNS)}
     FROM gpu_day_rollups
     WHERE workspace_id = %(ws)s AND day_start = ANY(%(days)s)
     GROUP BY workspace_id, day_start

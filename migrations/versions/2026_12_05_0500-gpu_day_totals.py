@@ -46,7 +46,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("workspace_id", "day_start", name=op.f("pk_gpu_day_totals")),
     )
     sums = ", ".join(SUMS)
-    summed = ", ".join(f"sum({column})" for column in SUMS)
+    # The memory and utilization integrals are not summed (0: a later revision drops
+    # them): over a large fleet a day of them passes bigint's range.
+    unread = ("util_pct_us", "memory_used_mb_us", "memory_total_mb_us", "sample_count")
+    summed = ", ".join("0" if column in unread else f"sum({column})" for column in SUMS)
     op.execute(
         f"INSERT INTO gpu_day_totals (workspace_id, day_start, {sums}) "
         f"SELECT workspace_id, day_start, {summed} FROM gpu_day_rollups "

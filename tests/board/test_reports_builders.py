@@ -14,6 +14,7 @@ import httpx
 import psycopg
 
 from board.rollups.crediting import GPU_COLUMNS, USER_COLUMNS
+from board.rollups.daily import TOTAL_GPU_COLUMNS
 from board.runtime import Runtime
 from board.workspaces import service as workspaces
 from tests.board.builders import Tenant
@@ -168,6 +169,8 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
     gpu_sums = ", ".join(f"sum({c}) AS {c}" for c in GPU_COLUMNS)
     user_sums = ", ".join(f"sum({c}) AS {c}" for c in USER_COLUMNS)
     gpu_zero = ", ".join(["0"] * len(GPU_COLUMNS))
+    total_sums = ", ".join(f"sum({c}) AS {c}" for c in TOTAL_GPU_COLUMNS)
+    total_zero = ", ".join(["0"] * len(TOTAL_GPU_COLUMNS))
     user_zero = ", ".join(["0"] * len(USER_COLUMNS))
     cur = await conn.execute(
         f"""
@@ -189,10 +192,11 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
             SELECT linux_user, date_trunc('day', hour_start, 'UTC') AS day_start, {user_sums}
             FROM user_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1, 2
         ), gpu_day_hours AS (
-            SELECT date_trunc('day', hour_start, 'UTC') AS day_start, {gpu_sums}
+            SELECT date_trunc('day', hour_start, 'UTC') AS day_start, {total_sums}
             FROM gpu_hour_rollups WHERE workspace_id = %(ws)s GROUP BY 1
         ), gpu_totals AS (
-            SELECT day_start, {_GPU} FROM gpu_day_totals WHERE workspace_id = %(ws)s
+            SELECT day_start, {_sums(TOTAL_GPU_COLUMNS)} FROM gpu_day_totals
+            WHERE workspace_id = %(ws)s
         ), user_totals AS (
             SELECT linux_user, day_start, {_USER}
             FROM user_day_totals WHERE workspace_id = %(ws)s
@@ -217,10 +221,10 @@ async def day_rollups_mismatch(conn: psycopg.AsyncConnection[Any], ws: int) -> l
         UNION ALL
         SELECT 'gpu total', '', day_start
         FROM gpu_day_hours FULL JOIN gpu_totals USING (day_start)
-        WHERE ({_sums(GPU_COLUMNS, "gpu_day_hours.")})
-              IS DISTINCT FROM ({_sums(GPU_COLUMNS, "gpu_totals.")})
+        WHERE ({_sums(TOTAL_GPU_COLUMNS, "gpu_day_hours.")})
+              IS DISTINCT FROM ({_sums(TOTAL_GPU_COLUMNS, "gpu_totals.")})
           AND NOT (gpu_day_hours.day_start IS NULL
-                   AND ({_sums(GPU_COLUMNS, "gpu_totals.")}) = ({gpu_zero}))
+                   AND ({_sums(TOTAL_GPU_COLUMNS, "gpu_totals.")}) = ({total_zero}))
         ) AS differing (kind, key, day_start)
         WHERE NOT EXISTS (SELECT 1 FROM rollup_dirty_days m
                           WHERE m.workspace_id = %(ws)s AND m.day_start = differing.day_start)
