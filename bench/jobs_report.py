@@ -83,6 +83,12 @@ def load(url: str, days: int, end: datetime) -> tuple[int, int, int]:
         ).fetchone()
         assert ws_row is not None
         ws = int(ws_row[0])
+        # Its slug's route (board.auth.routing), as creating it through the service would.
+        conn.execute(
+            "INSERT INTO routing_keys (kind, key, workspace_id) "
+            "VALUES ('workspace_slug', 'bench'::bytea, %s)",
+            [ws],
+        )
         host_ids = []
         for h in range(HOSTS):
             row = conn.execute(

@@ -159,6 +159,12 @@ def load_fleet(url: str, days: int, end: datetime) -> tuple[int, int, int]:
         ).fetchone()
         assert ws is not None
         workspace_id = int(ws[0])
+        # Its slug's route (board.auth.routing), as creating it through the service would.
+        conn.execute(
+            "INSERT INTO routing_keys (kind, key, workspace_id) "
+            "VALUES ('workspace_slug', 'bench'::bytea, %s)",
+            [workspace_id],
+        )
         gpu_ids: list[tuple[int, int]] = []
         for h in range(HOSTS):
             row = conn.execute(

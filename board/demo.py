@@ -117,8 +117,11 @@ async def _ensure_people(runtime: Runtime, password: str) -> None:
 
 async def _last_seen(runtime: Runtime, host: SimHost) -> datetime | None:
     async with runtime.sessions() as session:
+        workspace = await workspaces.get_workspace(session, SLUG)
         seen: datetime | None = await session.scalar(
-            select(Host.latest_observed_at).where(Host.public_id == uuid.UUID(host.host_id))
+            select(Host.latest_observed_at).where(
+                Host.workspace_id == workspace.id, Host.public_id == uuid.UUID(host.host_id)
+            )
         )
     return seen
 
@@ -168,8 +171,10 @@ async def _still_enrolled(runtime: Runtime, host: SimHost) -> bool:
     except ValueError:
         return False
     async with runtime.sessions() as session:
+        workspace = await workspaces.get_workspace(session, SLUG)
         found = await session.scalar(
             select(Host.id).where(
+                Host.workspace_id == workspace.id,
                 Host.public_id == public_id,
                 Host.agent_token_hash == tokens.digest(host.agent_token),
                 Host.revoked_at.is_(None),

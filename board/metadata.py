@@ -6,6 +6,7 @@ from board.audit.models import AuditEvent
 from board.auth.models import (
     ApiToken,
     Membership,
+    RoutingKey,
     SignInFailure,
     User,
     WebSessionRow,
@@ -81,6 +82,7 @@ __all__ = [
     "SchedulerJob",
     "RollupDayVersion",
     "RollupDirtyDay",
+    "RoutingKey",
     "SignInFailure",
     "SsoLogin",
     "User",

@@ -13,7 +13,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.requests import HTTPConnection
 
-from board.auth import tokens
+from board.auth import routing, tokens
 from board.auth.models import READER_ROLES, ROLES, ApiToken, Membership, User, Workspace
 from board.auth.passwords import PasswordGate
 from board.db.deps import SessionDep
@@ -104,6 +104,11 @@ async def token_context(
     secret = tokens.bearer(authorization)
     if secret is None or not secret.startswith(tokens.PAT) or len(secret) > 200:
         raise Unauthorized("A personal API token is required: Authorization: Bearer gua_pat_...")
+    digest = tokens.digest(secret)
+    # Routed: the token's workspace first (board.auth.routing), then the token there.
+    workspace_id = await routing.session_workspace_of(session, routing.API_TOKEN, digest)
+    if workspace_id is None:
+        raise Unauthorized("This API token is not valid.")
     row = (
         await session.execute(
             select(Workspace, User.id, User.email, Membership.role)
@@ -116,7 +121,8 @@ async def token_context(
             )
             .join(User, User.id == ApiToken.user_id)
             .where(
-                ApiToken.token_hash == tokens.digest(secret),
+                ApiToken.workspace_id == workspace_id,
+                ApiToken.token_hash == digest,
                 ApiToken.revoked_at.is_(None),
                 or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > func.now()),
             )
@@ -165,12 +171,20 @@ SchedulerDep = Annotated[WorkspaceContext, Depends(_with_role("admin", "schedule
 JobReaderDep = Annotated[WorkspaceContext, Depends(_with_role(*READER_ROLES, "scheduler"))]
 
 
+async def workspace_id_of(session: AsyncSession, slug: str) -> int | None:
+    """The workspace a slug names, through its route (board.auth.routing); None if none."""
+    return await routing.session_workspace_of(
+        session, routing.WORKSPACE_SLUG, routing.slug_key(slug)
+    )
+
+
 async def member_context(
     session: AsyncSession, slug: str, user_id: int, address: str
 ) -> WorkspaceContext:
     """A signed-in person (web session) in the workspace of the URL, calling from
     `address`; not a member is 404."""
-    if "\x00" in slug:  # a form field, not the URL: no slug holds one (PostgreSQL text can't)
+    workspace_id = await workspace_id_of(session, slug)
+    if workspace_id is None:
         raise NotFound("No such workspace.")
     row = (
         await session.execute(
@@ -178,7 +192,7 @@ async def member_context(
             .select_from(Membership)
             .join(Workspace, Workspace.id == Membership.workspace_id)
             .join(User, User.id == Membership.user_id)
-            .where(Membership.user_id == user_id, Workspace.slug == slug)
+            .where(Membership.workspace_id == workspace_id, Membership.user_id == user_id)
         )
     ).one_or_none()
     if row is None:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     LargeBinary,
     PrimaryKeyConstraint,
     Text,
+    UniqueConstraint,
     func,
     text,
 )
@@ -41,7 +42,9 @@ class Workspace(Base):
     __tablename__ = "workspaces"
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
-    slug: Mapped[str] = mapped_column(Text, unique=True)
+    # Unique through its route (board.auth.routing): a slug is looked up with no workspace
+    # known, so its one global index is routing_keys' (docs/operations.md, Citus).
+    slug: Mapped[str] = mapped_column(Text)
     name: Mapped[str] = mapped_column(Text)
     # The value in force now; with the dated history below (board.rollups.gaps): each
     # value holds from its `from` (the first from the beginning, NULL) until the next.
@@ -148,7 +151,8 @@ class ApiToken(Base):
     workspace_id: Mapped[int] = mapped_column(BigInteger)
     id: Mapped[int] = mapped_column(BigInteger, Identity())
     user_id: Mapped[int] = mapped_column(BigInteger)
-    token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    # Globally unique through its route (board.auth.routing), not an index of its own.
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary)
     token_prefix: Mapped[str] = mapped_column(Text)
     # What the person called it ("laptop CLI"); optional.
     name: Mapped[str | None] = mapped_column(Text)
@@ -159,6 +163,7 @@ class ApiToken(Base):
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "token_hash"),
         ForeignKeyConstraint(
             ["workspace_id", "user_id"],
             ["memberships.workspace_id", "memberships.user_id"],
@@ -189,3 +194,29 @@ class SignInFailure(Base):
     key_hash: Mapped[bytes] = mapped_column(LargeBinary, primary_key=True)
     window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     failures: Mapped[int] = mapped_column(Integer)
+
+
+class RoutingKey(Base):
+    """A global secret or public id → the one workspace it belongs to (board.auth.routing).
+
+    The one table that keeps such keys unique across workspaces: the tenant tables hold
+    them unique within their workspace only, as a cluster distributed by `workspace_id`
+    requires (docs/operations.md, "Past one database: Citus"). Written in the transaction
+    that writes the row it routes; small and global (a reference table there).
+    """
+
+    __tablename__ = "routing_keys"
+
+    kind: Mapped[str] = mapped_column(Text)
+    key: Mapped[bytes] = mapped_column(LargeBinary)
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (
+        PrimaryKeyConstraint("kind", "key"),
+        CheckConstraint(
+            "kind IN ('agent_token', 'api_token', 'enrollment_token', 'calendar_feed_token', "
+            "'workspace_slug')",
+            name="kind_known",
+        ),
+        CheckConstraint("octet_length(key) BETWEEN 1 AND 64", name="key_bounded"),
+    )

@@ -236,22 +236,26 @@ def remove_member(args: argparse.Namespace) -> int:
 def revoke_api_token(args: argparse.Namespace) -> int:
     from sqlalchemy import func, update
 
+    from board.auth import routing
     from board.auth.models import ApiToken
     from board.workspaces import service
 
     async def run(session: AsyncSession) -> int:
         workspace = await service.get_workspace(session, args.workspace)
-        result = await session.execute(
-            update(ApiToken)
-            .where(
-                ApiToken.workspace_id == workspace.id,
-                ApiToken.token_prefix == args.token_prefix,
-                ApiToken.revoked_at.is_(None),
+        revoked = list(
+            await session.scalars(
+                update(ApiToken)
+                .where(
+                    ApiToken.workspace_id == workspace.id,
+                    ApiToken.token_prefix == args.token_prefix,
+                    ApiToken.revoked_at.is_(None),
+                )
+                .values(revoked_at=func.now())
+                .returning(ApiToken.token_hash)
             )
-            .values(revoked_at=func.now())
-            .returning(ApiToken.id)
         )
-        return len(result.all())
+        await routing.session_drop(session, routing.API_TOKEN, revoked, workspace.id)
+        return len(revoked)
 
     if _in_session(run) == 0:
         raise CommandError(f"no live API token {args.token_prefix} in {args.workspace}")

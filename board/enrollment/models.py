@@ -27,8 +27,9 @@ class EnrollmentToken(Base):
         BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity())
-    # Looked up by hash alone at claim time (the claim carries no workspace), hence global.
-    token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    # A claim carries no workspace: it is routed by the hash (board.auth.routing), whose
+    # route is the one global index; here it is unique within the workspace.
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary)
     token_prefix: Mapped[str] = mapped_column(Text)
     display_name: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -40,4 +41,5 @@ class EnrollmentToken(Base):
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
         UniqueConstraint("workspace_id", "token_prefix"),
+        UniqueConstraint("workspace_id", "token_hash"),
     )

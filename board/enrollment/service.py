@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from board.auth import tokens
+from board.auth import routing, tokens
 from board.enrollment.models import EnrollmentToken
 from board.enrollment.schemas import (
     ClaimRequest,
@@ -51,6 +51,7 @@ async def issue(
         )
     )
     await session.flush()
+    await routing.session_add(session, routing.ENROLLMENT_TOKEN, issued.digest, workspace_id)
     return IssuedEnrollment(token=issued.secret, prefix=issued.prefix, expires_at=expires_at)
 
 
@@ -102,6 +103,7 @@ async def revoke(session: AsyncSession, workspace_id: int, token_prefix: str) ->
         raise NotFound("No enrollment token with this prefix in this workspace.")
     if token.claimed_at is None and token.revoked_at is None:
         token.revoked_at = datetime.now(UTC)
+    await routing.session_drop(session, routing.ENROLLMENT_TOKEN, [token.token_hash], workspace_id)
     return RevokedEnrollment(
         token_prefix=token.token_prefix, state=_state(token, datetime.now(UTC))
     )
@@ -124,12 +126,18 @@ async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
 
     # One UPDATE decides the winner: of many concurrent claims exactly one matches the row
     # while claimed_at is still null; the others re-check after its commit and match nothing.
+    # Routed: the claim names no workspace, the token's route does (board.auth.routing).
+    digest = tokens.digest(request.enrollment_token.strip())
+    routed = await routing.session_workspace_of(session, routing.ENROLLMENT_TOKEN, digest)
+    if routed is None:
+        raise Unauthorized(_REFUSED)
     now = datetime.now(UTC)
     claimed = (
         await session.execute(
             update(EnrollmentToken)
             .where(
-                EnrollmentToken.token_hash == tokens.digest(request.enrollment_token.strip()),
+                EnrollmentToken.workspace_id == routed,
+                EnrollmentToken.token_hash == digest,
                 EnrollmentToken.claimed_at.is_(None),
                 EnrollmentToken.revoked_at.is_(None),
                 EnrollmentToken.expires_at > now,
@@ -160,6 +168,9 @@ async def claim(session: AsyncSession, body: bytes) -> ClaimResponse:
     )
     session.add(host)
     await session.flush()
+    # Used once: the enrollment token routes nowhere now, the new agent token to its host.
+    await routing.session_drop(session, routing.ENROLLMENT_TOKEN, [digest], workspace_id)
+    await routing.session_add(session, routing.AGENT_TOKEN, agent_token.digest, workspace_id)
     await session.execute(
         update(EnrollmentToken)
         .where(EnrollmentToken.workspace_id == workspace_id, EnrollmentToken.id == token_id)

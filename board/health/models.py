@@ -15,6 +15,7 @@ from sqlalchemy import (
     Index,
     PrimaryKeyConstraint,
     Text,
+    UniqueConstraint,
     Uuid,
     func,
 )
@@ -37,7 +38,7 @@ class MaintenanceWindow(Base):
         BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity())
-    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     host_id: Mapped[int] = mapped_column(BigInteger)
     starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -51,6 +52,7 @@ class MaintenanceWindow(Base):
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "public_id"),
         ForeignKeyConstraint(
             ["workspace_id", "host_id"], ["hosts.workspace_id", "hosts.id"], ondelete="CASCADE"
         ),

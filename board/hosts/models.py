@@ -35,12 +35,13 @@ class Host(Base):
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity())
     # The hostId people and agents see; never the internal key.
-    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     display_name: Mapped[str] = mapped_column(Text)
     hostname: Mapped[str | None] = mapped_column(Text)
     agent_version: Mapped[str | None] = mapped_column(Text)
     driver_version: Mapped[str | None] = mapped_column(Text)
-    agent_token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    # Routed (board.auth.routing): a push names no workspace, its token's route does.
+    agent_token_hash: Mapped[bytes] = mapped_column(LargeBinary)
     agent_token_prefix: Mapped[str] = mapped_column(Text)
     enrolled_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
@@ -63,6 +64,8 @@ class Host(Base):
     # free so the updates stay HOT (migration "fillfactor for updated rows").
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "public_id"),
+        UniqueConstraint("workspace_id", "agent_token_hash"),
         {"postgresql_with": {"fillfactor": 50}},
     )
 

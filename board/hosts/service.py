@@ -9,6 +9,7 @@ from functools import partial
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from board.auth import routing
 from board.auth.deps import WorkspaceContext
 from board.db.engine import after_commit
 from board.errors import NotFound
@@ -53,6 +54,10 @@ async def revoke_host(
     host = await get_host_row(session, ctx.workspace_id, host_id)
     if host.revoked_at is None:
         host.revoked_at = datetime.now(UTC)
+    # Its token routes nowhere any more (board.auth.routing), in the revoking transaction.
+    await routing.session_drop(
+        session, routing.AGENT_TOKEN, [host.agent_token_hash], host.workspace_id
+    )
     key = (host.workspace_id, host.id)
     await session.execute(select(func.pg_notify(REVOKE_CHANNEL, revocation_payload(*key))))
     after_commit(session, partial(listener.announce_revocation, *key))

@@ -33,7 +33,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from board.auth import tokens
+from board.auth import routing, tokens
 from board.errors import Unauthorized
 from board.hosts.revocation import HostKey as HostKey
 from board.hosts.revocation import parse_revocation
@@ -114,17 +114,22 @@ class AgentAccess:
         return host
 
     async def _lookup(self, digest: bytes) -> AgentHost | None:
+        # Routed (board.auth.routing): the token's workspace first, then its host there;
+        # only on a cache miss. A revoked host has no route and is re-checked here anyway.
         async with self._pool.connection() as conn:
+            workspace_id = await routing.workspace_of(conn, routing.AGENT_TOKEN, digest)
+            if workspace_id is None:
+                return None
             cur = await conn.execute(
-                "SELECT workspace_id, id, public_id FROM hosts "
-                "WHERE agent_token_hash = %s AND revoked_at IS NULL",
-                [digest],
+                "SELECT id, public_id FROM hosts "
+                "WHERE workspace_id = %s AND agent_token_hash = %s AND revoked_at IS NULL",
+                [workspace_id, digest],
             )
             row = await cur.fetchone()
         if row is None:
             return None
-        workspace_id, host_id, public_id = row
-        return AgentHost(int(workspace_id), int(host_id), str(public_id))
+        host_id, public_id = row
+        return AgentHost(workspace_id, int(host_id), str(public_id))
 
     async def still_allowed(self, host: AgentHost) -> bool:
         """Whether the host is still not revoked, read from the database now."""

@@ -39,7 +39,7 @@ class SchedulerJob(Base):
         BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity())
-    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     cluster: Mapped[str] = mapped_column(Text)
     # The job's own id (squeue's job_id, the prolog's SLURM_JOB_ID): an array task's too.
     raw_job_id: Mapped[str] = mapped_column(Text)
@@ -59,6 +59,7 @@ class SchedulerJob(Base):
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "public_id"),
         UniqueConstraint("workspace_id", "cluster", "raw_job_id", "restart_count"),
         CheckConstraint("ended_at IS NULL OR ended_at >= started_at", name="ends_after_start"),
         Index("ix_scheduler_jobs_workspace_start", "workspace_id", "started_at"),

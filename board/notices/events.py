@@ -97,7 +97,7 @@ async def enqueue(
                 "INSERT INTO notice_deliveries "
                 "(workspace_id, event_id, channel_id, kind, recipient) "
                 "VALUES (:ws, :event, :channel, :kind, :recipient) "
-                "ON CONFLICT (event_id, kind, recipient) DO NOTHING"
+                "ON CONFLICT (workspace_id, event_id, kind, recipient) DO NOTHING"
             ),
             {
                 "ws": workspace_id,

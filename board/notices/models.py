@@ -46,7 +46,7 @@ class NoticeChannel(Base):
         BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity())
-    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     kind: Mapped[str] = mapped_column(Text)
     # A webhook's URL in clear (admins see where it goes); a Slack URL only sealed.
     url: Mapped[str | None] = mapped_column(Text)
@@ -60,6 +60,7 @@ class NoticeChannel(Base):
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "public_id"),
         CheckConstraint("kind IN ('webhook', 'slack', 'email')", name="kind_known"),
     )
 
@@ -116,9 +117,9 @@ class NoticeEvent(Base):
 
     __tablename__ = "notice_events"
 
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(Uuid)
     workspace_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE"), index=True
+        BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
     )
     type: Mapped[str] = mapped_column(Text)
     occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -126,6 +127,8 @@ class NoticeEvent(Base):
     body: Mapped[dict[str, Any]] = mapped_column(JSONB)
     # The GPU a snooze link in this notice would silence (none for hosts and digests).
     gpu_id: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (PrimaryKeyConstraint("workspace_id", "id"),)
 
 
 class NoticeDelivery(Base):
@@ -137,9 +140,7 @@ class NoticeDelivery(Base):
         BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity())
-    event_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, ForeignKey("notice_events.id", ondelete="CASCADE")
-    )
+    event_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     channel_id: Mapped[int | None] = mapped_column(BigInteger)
     # webhook, slack or email; `recipient` is the address for mail to a person.
     kind: Mapped[str] = mapped_column(Text)
@@ -160,7 +161,12 @@ class NoticeDelivery(Base):
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
-        UniqueConstraint("event_id", "kind", "recipient"),
+        UniqueConstraint("workspace_id", "event_id", "kind", "recipient"),
+        ForeignKeyConstraint(
+            ["workspace_id", "event_id"],
+            ["notice_events.workspace_id", "notice_events.id"],
+            ondelete="CASCADE",
+        ),
         CheckConstraint(
             "status IN ('pending', 'sending', 'delivered', 'failed')", name="status_known"
         ),

@@ -91,7 +91,7 @@ _CLAIMED = """
                WHERE t.workspace_id = d.workspace_id AND t.contact_email = d.recipient
            )) AS person_left
     FROM notice_deliveries d
-    JOIN notice_events e ON e.id = d.event_id
+    JOIN notice_events e ON e.workspace_id = d.workspace_id AND e.id = d.event_id
     LEFT JOIN notice_channels c ON c.workspace_id = d.workspace_id AND c.id = d.channel_id
     WHERE d.id = ANY(%s)  -- identity values: unique across workspaces
 """

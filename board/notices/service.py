@@ -251,7 +251,7 @@ _DELIVERIES = text(
            d.created_at, d.last_attempt_at, d.next_attempt_at, d.delivered_at,
            d.response_status, d.response
     FROM notice_deliveries d
-    JOIN notice_events e ON e.id = d.event_id
+    JOIN notice_events e ON e.workspace_id = d.workspace_id AND e.id = d.event_id
     LEFT JOIN notice_channels c ON c.workspace_id = d.workspace_id AND c.id = d.channel_id
     WHERE d.workspace_id = :ws AND (CAST(:status AS text) IS NULL OR d.status = :status)
     ORDER BY d.id DESC

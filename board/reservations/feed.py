@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.audit.service import record
-from board.auth import tokens
+from board.auth import routing, tokens
 from board.auth.deps import WorkspaceContext
 from board.db.connection import report_connection
 from board.errors import NotFound
@@ -35,6 +35,18 @@ async def issue(session: AsyncSession, ctx: WorkspaceContext) -> tokens.IssuedTo
     """A new feed token for the caller in this workspace; the previous one stops working."""
     issued = tokens.issue(KIND)
     conn = await report_connection(session)
+    # The membership's row is locked until commit, so two issues for one member take
+    # turns: each sees the token it replaces, and drops that one's route.
+    await conn.execute(
+        "SELECT 1 FROM memberships WHERE workspace_id = %s AND user_id = %s FOR UPDATE",
+        [ctx.workspace_id, ctx.user_id],
+    )
+    cur = await conn.execute(
+        "SELECT token_hash FROM calendar_feed_tokens WHERE workspace_id = %s AND user_id = %s",
+        [ctx.workspace_id, ctx.user_id],
+    )
+    replaced = [bytes(row[0]) for row in await cur.fetchall()]
+    await routing.drop(conn, routing.CALENDAR_FEED_TOKEN, replaced, ctx.workspace_id)
     await conn.execute(
         """
         INSERT INTO calendar_feed_tokens (workspace_id, user_id, token_hash, token_prefix)
@@ -45,6 +57,7 @@ async def issue(session: AsyncSession, ctx: WorkspaceContext) -> tokens.IssuedTo
         """,
         [ctx.workspace_id, ctx.user_id, issued.digest, issued.prefix],
     )
+    await routing.add(conn, routing.CALENDAR_FEED_TOKEN, issued.digest, ctx.workspace_id)
     await record(session, ctx, "calendar_feed.issued", target=issued.prefix)
     return issued
 
@@ -53,12 +66,13 @@ async def revoke(session: AsyncSession, ctx: WorkspaceContext) -> None:
     conn = await report_connection(session)
     cur = await conn.execute(
         "DELETE FROM calendar_feed_tokens WHERE workspace_id = %s AND user_id = %s "
-        "RETURNING token_prefix",
+        "RETURNING token_prefix, token_hash",
         [ctx.workspace_id, ctx.user_id],
     )
     row = await cur.fetchone()
     if row is None:
         raise NotFound("You have no calendar feed URL in this workspace.")
+    await routing.drop(conn, routing.CALENDAR_FEED_TOKEN, [bytes(row[1])], ctx.workspace_id)
     await record(session, ctx, "calendar_feed.revoked", target=str(row[0]))
 
 
@@ -68,16 +82,21 @@ async def owner(session: AsyncSession, token: str) -> FeedOwner:
     if not token.startswith(KIND) or len(token) > MAX_TOKEN_CHARS:
         raise NotFound("No such calendar feed.")
     conn = await report_connection(session)
+    # Routed: the URL names no workspace, the token's route does (board.auth.routing).
+    digest = tokens.digest(token)
+    workspace_id = await routing.workspace_of(conn, routing.CALENDAR_FEED_TOKEN, digest)
+    if workspace_id is None:
+        raise NotFound("No such calendar feed.")
     cur = await conn.execute(
         """
         SELECT w.id, w.slug FROM calendar_feed_tokens t
         JOIN memberships m ON m.workspace_id = t.workspace_id AND m.user_id = t.user_id
         JOIN workspaces w ON w.id = t.workspace_id
-        WHERE t.token_hash = %s
+        WHERE t.workspace_id = %s AND t.token_hash = %s
           -- issued in this membership, not in one that ended (removed, then added again)
           AND t.created_at >= m.created_at
         """,
-        [tokens.digest(token)],
+        [workspace_id, digest],
     )
     row = await cur.fetchone()
     if row is None:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     LargeBinary,
     PrimaryKeyConstraint,
     Text,
+    UniqueConstraint,
     Uuid,
     func,
     text,
@@ -36,7 +37,7 @@ class Reservation(Base):
         BigInteger, ForeignKey("workspaces.id", ondelete="CASCADE")
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity())
-    public_id: Mapped[uuid.UUID] = mapped_column(Uuid, unique=True)
+    public_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     host_id: Mapped[int] = mapped_column(BigInteger)
     # The reserver; a person, not a membership, so the history outlives a removal.
     user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="CASCADE"))
@@ -50,6 +51,7 @@ class Reservation(Base):
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "id"),
+        UniqueConstraint("workspace_id", "public_id"),
         ForeignKeyConstraint(
             ["workspace_id", "host_id"], ["hosts.workspace_id", "hosts.id"], ondelete="CASCADE"
         ),
@@ -137,6 +139,9 @@ class CalendarFeedToken(Base):
     user_id: Mapped[int] = mapped_column(
         BigInteger, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
     )
-    token_hash: Mapped[bytes] = mapped_column(LargeBinary, unique=True)
+    # A feed URL names no workspace: routed by the hash (board.auth.routing).
+    token_hash: Mapped[bytes] = mapped_column(LargeBinary)
     token_prefix: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (UniqueConstraint("workspace_id", "token_hash"),)

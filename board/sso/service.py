@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from board.audit.service import record_event
 from board.auth import tokens
+from board.auth.deps import workspace_id_of
 from board.auth.emails import plausible_email
 from board.auth.models import Membership, User, Workspace
 from board.settings import OidcProvider
@@ -203,7 +204,8 @@ async def account_for(
 
 
 async def _workspace(db: AsyncSession, slug: str) -> Workspace:
-    workspace = await db.scalar(select(Workspace).where(Workspace.slug == slug))
+    workspace_id = await workspace_id_of(db, slug)
+    workspace = None if workspace_id is None else await db.get(Workspace, workspace_id)
     if workspace is None:
         raise SsoFailed("Single sign-on is misconfigured on this board (no workspace to join).")
     return workspace

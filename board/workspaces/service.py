@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from board.auth import passwords, tokens
+from board.auth import passwords, routing, tokens
+from board.auth.deps import workspace_id_of
 from board.auth.emails import mailable, plausible_email
 from board.auth.models import ROLES, ApiToken, Membership, User, Workspace
 from board.db.connection import report_connection
@@ -41,16 +42,24 @@ async def create_workspace(session: AsyncSession, slug: str, name: str | None) -
             "A workspace slug is 1-63 lowercase letters, digits or dashes, starting with a "
             "letter or digit."
         )
-    if await session.scalar(select(Workspace.id).where(Workspace.slug == slug)) is not None:
+    if await workspace_id_of(session, slug) is not None:
         raise Conflict(f"Workspace {slug!r} already exists.")
     workspace = Workspace(slug=slug, name=name or slug)
     session.add(workspace)
     await session.flush()
+    # The route is the slug's global uniqueness: of two creating it at once, one is a 409.
+    try:
+        await routing.session_add(
+            session, routing.WORKSPACE_SLUG, routing.slug_key(slug), workspace.id
+        )
+    except Conflict:
+        raise Conflict(f"Workspace {slug!r} already exists.") from None
     return workspace
 
 
 async def get_workspace(session: AsyncSession, slug: str) -> Workspace:
-    workspace = await session.scalar(select(Workspace).where(Workspace.slug == slug))
+    workspace_id = await workspace_id_of(session, slug)
+    workspace = None if workspace_id is None else await session.get(Workspace, workspace_id)
     if workspace is None:
         raise NotFound(f"No workspace {slug!r}.")
     return workspace
@@ -185,9 +194,12 @@ async def remove_member(session: AsyncSession, workspace_id: int, email: str) ->
     if membership.role == "admin":
         await _ensure_not_last_admin(session, workspace_id)
     user_id = membership.user_id
-    await session.execute(
-        delete(ApiToken).where(ApiToken.workspace_id == workspace_id, ApiToken.user_id == user_id)
+    ended = await session.scalars(
+        delete(ApiToken)
+        .where(ApiToken.workspace_id == workspace_id, ApiToken.user_id == user_id)
+        .returning(ApiToken.token_hash)
     )
+    await routing.session_drop(session, routing.API_TOKEN, list(ended), workspace_id)
     await session.delete(membership)
     await session.flush()
     return user_id
@@ -231,7 +243,7 @@ async def ensure_may_end_all_sessions(
 
 
 async def revoke_member_tokens(session: AsyncSession, workspace_id: int, user_id: int) -> None:
-    await session.execute(
+    revoked = await session.scalars(
         update(ApiToken)
         .where(
             ApiToken.workspace_id == workspace_id,
@@ -239,7 +251,9 @@ async def revoke_member_tokens(session: AsyncSession, workspace_id: int, user_id
             ApiToken.revoked_at.is_(None),
         )
         .values(revoked_at=func.now())
+        .returning(ApiToken.token_hash)
     )
+    await routing.session_drop(session, routing.API_TOKEN, list(revoked), workspace_id)
 
 
 async def issue_api_token(
@@ -286,6 +300,7 @@ async def issue_api_token(
         )
     )
     await session.flush()
+    await routing.session_add(session, routing.API_TOKEN, issued.digest, workspace_id)
     return issued
 
 
@@ -339,6 +354,7 @@ async def revoke_api_token(
     if token.revoked_at is None:
         token.revoked_at = datetime.now(UTC)
     await session.flush()
+    await routing.session_drop(session, routing.API_TOKEN, [token.token_hash], workspace_id)
 
 
 async def set_password(session: AsyncSession, user_id: int, password_hash: str) -> None:
