@@ -16,11 +16,12 @@ from typing import Any
 
 import psycopg
 
+from board.auth import routing
 from board.db.urls import libpq_url, resolve_database_url
 from board.errors import DomainError
 from board.reportkit.params import parse_bound
 from board.reservations.rebuild import FigureRebuild, rebuild_hours
-from board.rollups.rebuild import HOUR, RebuildResult, raw_span
+from board.rollups.rebuild import HOUR, RebuildResult, span_of
 from board.settings import Settings
 
 _UTC = zoneinfo.ZoneInfo("UTC")
@@ -34,11 +35,14 @@ def rebuild_command(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _rebuild(args: argparse.Namespace, url: str) -> int:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        try:
-            span = await raw_span(conn, args.workspace)
-        except DomainError as exc:
-            sys.stderr.write(f"gua-board: {exc.detail}\n")
+        # A slug is routed to its workspace (board.auth.routing), as every lookup by it is.
+        workspace_id = await routing.workspace_of(
+            conn, routing.WORKSPACE_SLUG, args.workspace.encode()
+        )
+        if workspace_id is None:
+            sys.stderr.write(f"gua-board: no workspace {args.workspace!r}\n")
             return 2
+        span = await span_of(conn, workspace_id)
         if span is None:
             sys.stdout.write(f"workspace {args.workspace} has no raw samples; nothing rebuilt\n")
             return 0

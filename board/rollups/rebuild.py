@@ -154,15 +154,6 @@ async def rebuild(
     return result
 
 
-async def raw_span(conn: psycopg.AsyncConnection[Any], slug: str) -> RawSpan | None:
-    """What the workspace's raw samples can rebuild; None when it has none."""
-    cur = await conn.execute("SELECT id FROM workspaces WHERE slug = %s", [slug])
-    row = await cur.fetchone()
-    if row is None:
-        raise NotFound(f"no workspace {slug!r}")
-    return await span_of(conn, int(row[0]))
-
-
 async def rebuildable_from(
     conn: psycopg.AsyncConnection[Any], workspace_id: int
 ) -> datetime | None:

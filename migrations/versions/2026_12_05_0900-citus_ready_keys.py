@@ -10,8 +10,8 @@ outbox events get `workspace_id` in their primary key, and their deliveries in t
 unique key and foreign key.
 
 Revision ID: 0188b06eecde
-Revises: b96c7d8e0f16
-Create Date: 2026-12-06 01:00:00.000000
+Revises: e4f85916fc02
+Create Date: 2026-12-05 09:00:00.000000
 """
 
 from collections.abc import Sequence
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0188b06eecde"
-down_revision: str | None = "b96c7d8e0f16"
+down_revision: str | None = "e4f85916fc02"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
