@@ -55,10 +55,6 @@ class Host(Base):
     # What the ingest path needs of the newest observation (normalize.encode_tick); the
     # GPUs and processes people see are read from the raw samples at latest_observed_at.
     latest_tick: Mapped[str | None] = mapped_column(Text)
-    # Moves whenever what ingest reads of the host's scheduler jobs changes (job GPUs,
-    # cluster membership, GPU numbers): kept by triggers (migration "allocations
-    # version"), read to know when the writer's copy of its job GPUs is out of date.
-    allocations_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
     # Every push updates its host's row (the newest state): half of each page is left
     # free so the updates stay HOT (migration "fillfactor for updated rows").

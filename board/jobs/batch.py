@@ -5,7 +5,7 @@ the host is a cluster host (board.jobs.crediting). They change only when a recor
 (or a GPU's numbers, or the cluster), while a host pushes every 30 s; reading them again
 for every batch cost 0.9 ms of PostgreSQL a batch, more than any write but two
 (docs/benchmarks.md). So the writer keeps each host's as a `HostJobGpus`, stamped with
-`hosts.allocations_version`, which triggers move on every such change (migration
+`host_allocation_versions.version`, which triggers move on every such change (migration
 "allocations version"), and each batch asks, in its lock's round trip, only for the
 hosts whose copy is missing, out of date, or does not reach back far enough: the answer
 is empty when nothing changed.
@@ -38,7 +38,7 @@ _SLACK = "interval '1 hour'"
 class HostJobGpus:
     """One host's job GPUs as the crediting needs them, and what they were read for."""
 
-    version: int  # hosts.allocations_version they were read at
+    version: int  # the host's allocation version they were read at (0: none yet)
     window_lo_us: int  # runs that ended at or before it were not read
     # The crediting's structures, made once per read: shared by every batch's delta,
     # which never changes them in place (JobDelta copies a list before adding to it).
@@ -68,7 +68,7 @@ _UNKNOWN_VERSION = -1
 # back past its window), the host's version, the new window, its cluster since and its
 # runs not ended by then, matched to GPUs; a host with no run answers one row of NULLs.
 _STALE_JOB_GPUS = f"""
-    SELECT s.host_id, h.allocations_version, {{WINDOW_US}}, ch.since_us,
+    SELECT s.host_id, coalesce(v.version, 0), {{WINDOW_US}}, ch.since_us,
            r.workspace_id, r.job_id, r.gpu_id, r.start_us, r.end_us, r.linux_user,
            r.raw_job_id
     FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[], %s::bigint[], %s::bigint[])
@@ -77,7 +77,7 @@ _STALE_JOB_GPUS = f"""
     CROSS JOIN LATERAL (
         SELECT s.lo - make_interval(secs => {WIDEST_SQL}) - {_SLACK} AS window_lo
     ) AS win
-    JOIN hosts h ON h.workspace_id = s.ws AND h.id = s.host_id
+    LEFT JOIN host_allocation_versions v ON v.workspace_id = s.ws AND v.host_id = s.host_id
     LEFT JOIN LATERAL (
         SELECT (extract(epoch FROM c.since) * 1000000)::bigint AS since_us
         FROM cluster_hosts c WHERE c.workspace_id = s.ws AND c.host_id = s.host_id
@@ -93,7 +93,7 @@ _STALE_JOB_GPUS = f"""
           AND (upper(jg.during) > win.window_lo OR upper_inf(jg.during))
         OFFSET 0
     ) AS r ON true
-    WHERE h.allocations_version <> s.known_version
+    WHERE coalesce(v.version, 0) <> s.known_version
        OR {{LO_US}} < s.known_lo_us
 """
 _STALE_JOB_GPUS = _STALE_JOB_GPUS.replace(

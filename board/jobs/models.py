@@ -119,6 +119,22 @@ class ClusterHost(Base):
     )
 
 
+class HostAllocationVersion(Base):
+    """A host's counter of changes to what ingest reads of its scheduler jobs (its job
+    GPUs, its cluster membership, its GPUs' numbers), kept by triggers (migration
+    "allocations version"); the ingest writer reads its kept copy again when it moved
+    (board.jobs.batch). No foreign keys: ingest moves it when it adds a GPU, and a key
+    check would lock the workspace row in every such push. A deleted host's row stays."""
+
+    __tablename__ = "host_allocation_versions"
+
+    workspace_id: Mapped[int] = mapped_column(BigInteger)
+    host_id: Mapped[int] = mapped_column(BigInteger)
+    version: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (PrimaryKeyConstraint("workspace_id", "host_id"),)
+
+
 class JobHourFigure(Base):
     """Per job, GPU and UTC hour: how the allocated time was spent (integer µs, exact to
     un-credit), the utilization integral, and the most memory seen in use (MiB)."""

@@ -1,11 +1,16 @@
 """allocations version: a host's counter of changes to what its job GPUs read
 
-`hosts.allocations_version` goes up whenever anything the ingest path reads of a host's
-scheduler jobs changes: its `job_gpus` rows (a record recorded, ended, re-pointed or
+`host_allocation_versions.version` goes up whenever anything the ingest path reads of a
+host's scheduler jobs changes: its `job_gpus` rows (a record recorded, ended, re-pointed or
 deleted), its `cluster_hosts` row, or its GPUs' numbers that a job's device is matched by
 (`gpus.gpu_index`, `gpus.minor_number`, a GPU added or removed). Triggers keep it, so no
 writer can forget it. The ingest writer keeps each host's job GPUs between batches and
-reads them again only when the counter moved (board.jobs.cache).
+reads them again only when the counter moved (board.jobs.batch).
+
+A table of its own, not a column of `hosts`, and without foreign keys: a GPU added by an
+ingest batch moves the counter, and a second update of the host row in that transaction
+would make PostgreSQL check the row's workspace key again (a KEY SHARE lock on the
+workspace), so a push would wait for a settings change holding the workspace row.
 
 Revision ID: 1cf2e86765cf
 Revises: b96c7d8e0f16
@@ -27,9 +32,9 @@ depends_on: str | Sequence[str] | None = None
 _BUMP = """
 CREATE FUNCTION bump_allocations_version() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE hosts h SET allocations_version = h.allocations_version + 1
-    FROM (SELECT DISTINCT workspace_id, host_id FROM changed_rows) c
-    WHERE h.workspace_id = c.workspace_id AND h.id = c.host_id;
+    INSERT INTO host_allocation_versions AS v (workspace_id, host_id, version)
+    SELECT DISTINCT workspace_id, host_id, 1 FROM changed_rows ORDER BY 1, 2
+    ON CONFLICT (workspace_id, host_id) DO UPDATE SET version = v.version + 1;
     RETURN NULL;
 END
 $$
@@ -39,13 +44,14 @@ $$
 _BUMP_GPU_NUMBERS = """
 CREATE FUNCTION bump_allocations_version_of_gpus() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE hosts h SET allocations_version = h.allocations_version + 1
-    FROM (SELECT DISTINCT n.workspace_id, n.host_id
-          FROM new_rows n JOIN old_rows o ON o.workspace_id = n.workspace_id AND o.id = n.id
-          WHERE o.gpu_index IS DISTINCT FROM n.gpu_index
-             OR o.minor_number IS DISTINCT FROM n.minor_number
-             OR o.host_id IS DISTINCT FROM n.host_id) c
-    WHERE h.workspace_id = c.workspace_id AND h.id = c.host_id;
+    INSERT INTO host_allocation_versions AS v (workspace_id, host_id, version)
+    SELECT DISTINCT n.workspace_id, n.host_id, 1
+    FROM new_rows n JOIN old_rows o ON o.workspace_id = n.workspace_id AND o.id = n.id
+    WHERE o.gpu_index IS DISTINCT FROM n.gpu_index
+       OR o.minor_number IS DISTINCT FROM n.minor_number
+       OR o.host_id IS DISTINCT FROM n.host_id
+    ORDER BY 1, 2
+    ON CONFLICT (workspace_id, host_id) DO UPDATE SET version = v.version + 1;
     RETURN NULL;
 END
 $$
@@ -54,9 +60,14 @@ _TABLES = ("job_gpus", "cluster_hosts", "gpus")
 
 
 def upgrade() -> None:
-    op.add_column(
-        "hosts",
-        sa.Column("allocations_version", sa.BigInteger(), server_default="0", nullable=False),
+    op.create_table(
+        "host_allocation_versions",
+        sa.Column("workspace_id", sa.BigInteger(), nullable=False),
+        sa.Column("host_id", sa.BigInteger(), nullable=False),
+        sa.Column("version", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint(
+            "workspace_id", "host_id", name=op.f("pk_host_allocation_versions")
+        ),
     )
     op.execute(_BUMP)
     op.execute(_BUMP_GPU_NUMBERS)
@@ -90,4 +101,4 @@ def downgrade() -> None:
             op.execute(f"DROP TRIGGER IF EXISTS {table}_{event}_bump_allocations ON {table}")
     op.execute("DROP FUNCTION bump_allocations_version_of_gpus()")
     op.execute("DROP FUNCTION bump_allocations_version()")
-    op.drop_column("hosts", "allocations_version")
+    op.drop_table("host_allocation_versions")
