@@ -52,6 +52,12 @@ _UTIL, _MAX_MEMORY = 5, 6
 _NOBODY_NAMED = (UNKNOWN_USER,)
 
 
+def run_claims(job_pairs: tuple[tuple[str, str], ...], linux_user: str, raw_job_id: str) -> bool:
+    """Whether a run's user's processes on a GPU whose processes name their jobs
+    (`job_pairs`: (user, job), "" for none) may be the run's: one names its job or none."""
+    return any(u == linux_user and job in ("", raw_job_id) for u, job in job_pairs)
+
+
 @dataclass(frozen=True, slots=True)
 class JobGpuRange:
     """One GPU of one job run, as the crediting needs it: [start, end) in µs (end
@@ -99,8 +105,7 @@ class JobGpuRange:
         name (GpuTick.job_pairs, never empty here): yes when one names this run's job or
         names none; no when every one names another job (another run of the same user
         sharing the GPU, or a job of theirs the scheduler placed elsewhere)."""
-        user = self.linux_user
-        return any(u == user and job in ("", self.raw_job_id) for u, job in job_pairs)
+        return run_claims(job_pairs, self.linux_user, self.raw_job_id)
 
 
 @dataclass

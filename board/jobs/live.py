@@ -34,6 +34,7 @@ from typing import Any, Literal
 import psycopg
 
 from board.hosts.freshness import freshness
+from board.jobs.crediting import run_claims
 from board.readmodels import IsoTime, ReadModel
 from board.rollups.crediting import billed_users, from_us
 
@@ -61,11 +62,9 @@ class JobRun:
     raw_job_id: str = ""  # Slurm's own id: what a process's cgroup names
 
     def claims(self, job_pairs: tuple[tuple[str, str], ...]) -> bool:
-        """As board.jobs.crediting.JobGpuRange.claims: its user's processes on the GPU may
-        be this run's unless every one names another job."""
-        return not job_pairs or any(
-            u == self.linux_user and job in ("", self.raw_job_id) for u, job in job_pairs
-        )
+        """As the crediting (board.jobs.crediting.run_claims): its user's processes on the
+        GPU may be this run's unless every one names another job."""
+        return not job_pairs or run_claims(job_pairs, self.linux_user, self.raw_job_id)
 
 
 @dataclass(frozen=True, slots=True)
