@@ -141,7 +141,9 @@ def test_a_two_gpu_job_by_both_paths(slurm: SlurmCluster, hooked: Site) -> None:
     assert site.devices(run) == held
     assert abs(started(run).timestamp() - job["start_time"]) < 60
 
-    # It ends: the epilog, then the bridge; one ended run, its devices kept.
+    # It ends: the epilog, then the bridge; one ended run, its devices kept. Slurm's
+    # times are whole seconds, so it ends a second past its start to be told apart.
+    wait_to_end_after(started(run))
     go.touch()
     slurm.wait_job(job_id, "COMPLETED")
     site.wait_runs("the epilog's record", lambda r: r[0]["endedAt"] is not None, job_id)
