@@ -10,12 +10,13 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 from jinja2 import StrictUndefined
 
-from board.errors import DomainError, error_headers
+from board.errors import DomainError, describe_validation_errors, error_headers
 from board.runtime import Runtime
 from board.web.deps import SignInRequired
 from board.web.sessions import CSRF_FIELD, WebSession, write_session
@@ -194,6 +195,13 @@ class PageRoute(APIRoute):
                 return redirect(request, f"/signin?next={quote(target, safe='')}")
             except DomainError as exc:
                 return error_answer(request, exc)
+            except RequestValidationError as exc:
+                # A page's query or form past its bounds (a hand-edited URL): a page saying
+                # which, for a browser; a script keeps the API's JSON with its list.
+                if _wants_json(request):
+                    raise
+                detail = describe_validation_errors(list(exc.errors()))
+                return error_page(request, 422, detail)
 
         return handle
 
@@ -222,6 +230,7 @@ def error_page(request: Request, status_code: int, detail: str) -> Response:
     titles = {
         403: "Not allowed",
         404: "Not found",
+        422: "Not a request this page can answer",
         429: "Too many attempts",
         503: "Not available right now",
     }

@@ -490,3 +490,20 @@ def test_every_page_query_parameter_hostile(
                     if formulas:
                         problems.append(f"GET {url}?{name}={value[:30]!r}: cells {formulas[:3]}")
     assert not problems, "\n".join(problems)
+
+
+def test_a_page_query_past_its_bound_is_a_page(board: LiveBoard, page_targets: PageTargets) -> None:
+    """Was the API's JSON 422 in a browser: a hand-edited URL past a parameter's bound
+    now answers a page saying which; a script asking for JSON keeps the API's shape."""
+    t = page_targets
+    url = f"/w/{t.tenant.slug}/find-gpus?from=" + "9" * 300
+    with board.signed_in(t.admin.email, t.admin.password) as c:
+        page = board.call(c, "GET", url)
+        script = board.call(c, "GET", url, headers={"Accept": "application/json"})
+    assert page.status_code == 422, page
+    assert "text/html" in page.headers["content-type"], page
+    assert "from" in page.text, page
+    assert "9" * 300 not in page.text, page
+    assert script.status_code == 422, script
+    assert isinstance(script.json()["detail"], str), script
+    assert script.json()["errors"], script
