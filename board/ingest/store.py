@@ -180,7 +180,7 @@ async def _store(
             booked = await bookings.delta()
             jobs = await job_gpus.delta()
         return await _write_locked(
-            conn, observations, hosts, gpu_cache, touched, prepared, booked, jobs
+            conn, observations, hosts, gpu_cache, touched, prepared, booked, jobs, spans, job_cache
         )
     except BaseException:
         for key in touched:  # their rows were rolled back (or may have been)
@@ -198,6 +198,8 @@ async def _write_locked(
     prepared: Callable[[], None] | None,
     booked: ReservationDelta,
     jobs: JobDelta,
+    spans: Sequence[HostSpan],
+    job_cache: JobGpuCache,
 ) -> list[Outcome | TooManyGpus]:
     batch = _classify(observations, hosts)
     _drop_batch_duplicates(batch)
@@ -206,6 +208,12 @@ async def _write_locked(
     refused = await resolve_gpu_ids(conn, batch.in_time_order(), hosts, gpu_cache, touched)
     for i, too_many in refused.items():
         batch.settle(i, too_many)
+    if touched:
+        # A GPU added or renumbered just now moved its host's allocation version (a
+        # trigger), and a job's device may name it: read that host's job GPUs again, so
+        # the interval this batch closes is matched as a rebuild matches it. Only hosts
+        # whose version moved answer (rare: a new GPU, a new minor number, a cold cache).
+        jobs = await (await ask_batch_jobs(conn, spans, job_cache)).delta()
     fresh = batch.to_store()
     groups, newest = _group(batch, neighbours, gpu_cache)
     delta = await _credit(conn, groups, booked, jobs)

@@ -24,6 +24,7 @@ from tests.board.test_jobs_crediting import host, series
 from tests.board.test_reports_builders import days_ago_midnight, observation, quick_tenant
 
 HOUR = timedelta(hours=1)
+SECOND = timedelta(seconds=1)
 
 
 async def version(app: Any, host_id: int) -> int:
@@ -84,15 +85,16 @@ async def test_kept_job_gpus_follow_records_gpus_and_late_points(app, client) ->
     assert sum(row[0] for key, row in figures.items() if key[0] == "1") == 2 * 60 * 10**6
 
     # A job on a device no GPU has (yet): it matches GPU 1 once its agent reports that
-    # minor number, in the batches after (devices are matched when read).
-    await record(app, ws, job("2", start + 7 * MINUTE, None, {host_id: (7,)}))
+    # minor number, from the interval that push closes on (devices are matched when
+    # read, and the batch that renumbers a GPU reads its host's job GPUs again).
+    await record(app, ws, job("2", start + 6 * MINUTE + 30 * SECOND, None, {host_id: (7,)}))
     body = observation(start + 7 * MINUTE, [kind_gpu(0, "unused"), kind_gpu(1, "active")])
     body["gpus"][1]["minorNumber"] = 7
     assert (await push(client, token, body)).status_code == 202
     await series(client, token, start + 8 * MINUTE, [("unused", "active")] * 2)
     figures = await job_figures(app, ws)
     assert sum(row[1] for key, row in figures.items() if key[0] == "2" and key[3] == 1) == (
-        2 * 60 * 10**6
+        150 * 10**6  # [+6.5, +7), closed by the renumbering push, then [+7, +9)
     )
 
     # Late points hours before what the copy reaches back to: a job that ended then.
