@@ -1,9 +1,9 @@
 """The server's maintenance schedule: at start and then every interval.
 
 Each run creates and drops raw partitions (board.observations), deletes expired rollup
-hours and audit events (board.audit), never younger than the operator's floor
-(min_retention_days) whatever a workspace sets, and recomputes dirty day rollups
-(board.rollups) and dirty job day figures (board.jobs).
+hours, job figure hours (board.jobs) and audit events (board.audit), never younger
+than the operator's floor (min_retention_days) whatever a workspace sets, and
+recomputes dirty day rollups (board.rollups) and dirty job day figures (board.jobs).
 It lives above them so that none has to import another.
 
 With several board processes on one database the schedule runs in one of them only,
@@ -28,6 +28,7 @@ from board.audit.service import delete_expired as drop_expired_audit_events
 from board.db.urls import libpq_url
 from board.errors import as_unavailable
 from board.jobs.days import refresh_job_days
+from board.jobs.retention import drop_expired_job_hours
 from board.metrics.registry import maintenance_failures, maintenance_leader, maintenance_runs
 from board.observations.compaction import compact_closed_days
 from board.observations.maintenance import run_maintenance
@@ -79,6 +80,7 @@ async def maintain_once(process: MaintainedProcess) -> None:
             # operator's floor (a workspace admin must not erase the trail or the billing).
             floor = process.settings.min_retention_days
             await drop_expired_rollups(conn, min_days=floor)
+            await drop_expired_job_hours(conn, min_days=floor)
             await drop_expired_audit_events(conn, min_days=floor)
             # Energy for hours credited before the board counted it (once, after upgrade).
             await backfill_energy(conn)

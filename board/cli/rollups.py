@@ -67,7 +67,8 @@ async def _rebuild(args: argparse.Namespace, url: str) -> int:
             f"{total.observations} observations on {total.hosts} hosts, "
             f"{total.gpu_rows} GPU-hour and {total.user_rows} user-hour rows, "
             f"{figures.rows} reservation-hour rows and {figures.booked_hours} booked GPU hours, "
-            f"{figures.job_rows} job-hour and {figures.outside_rows} outside-job hour rows\n"
+            f"{figures.job_rows} job-hour rows and {figures.job_ride_hours} GPU hours of jobs, "
+            f"{figures.outside_rows} outside-job hour rows\n"
         )
         return 0
 

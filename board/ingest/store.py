@@ -225,9 +225,11 @@ async def _write_locked(
             await insert_raw(conn, fresh, gpu_cache)
             workspace_of_host = {h.host_id: h.workspace_id for h in hosts.values()}
             # A booking's hours wholly inside it ride on the GPU-hour rows (no extra row).
-            await upsert_rollup_delta(conn, workspace_of_host, delta, booked.booked)
+            # So do a job run's hours wholly inside it that no other run of the GPU shares.
+            rides = jobs.ride_rows()
+            await upsert_rollup_delta(conn, workspace_of_host, delta, booked.booked, rides)
             await upsert_figures(conn, booked)
-            await upsert_job_delta(conn, jobs, workspace_of_host)
+            await upsert_job_delta(conn, jobs, workspace_of_host, with_rides=False)
             await _advance_newest(conn, newest, kept)
             await write_restated(conn, kept)
         await conn.commit()

@@ -36,7 +36,7 @@ from board.rollups.allocated import (
     UNUSED,
     AllocationDelta,
 )
-from board.rollups.crediting import UNKNOWN_USER, GpuTick, Tick
+from board.rollups.crediting import HOUR_US, UNKNOWN_USER, GpuHourKey, GpuTick, Tick
 
 # The sums kept per job, GPU and hour, in the order of a JobDelta row.
 FIGURE_COLUMNS = (
@@ -143,13 +143,53 @@ JobFigureKey = tuple[int, int, int]  # (job id, gpu id, hour start in µs)
 OutsideKey = tuple[int, str, int]  # (gpu id, linux user, hour start in µs)
 
 
+def rides_gpu_row(
+    allocation: JobGpuRange,
+    allocation_sign: int,
+    allocated: list[tuple[JobGpuRange, int]],
+    hour_us: int,
+) -> bool:
+    """Whether the run's hour is kept on the GPU-hour row: the hour lies wholly inside the
+    run, and no other run of the same view (`allocated`: the GPU's runs, with the sign
+    of the view each belongs to) touches it, so the row holds one run's figures alone."""
+    hour_end = hour_us + HOUR_US
+    if allocation.start_us > hour_us or allocation.end_us < hour_end:
+        return False
+    if len(allocated) == 1:
+        return True
+    job_id = allocation.job_id
+    for other, other_sign in allocated:
+        if (
+            other_sign == allocation_sign
+            and other.job_id != job_id
+            and other.start_us < hour_end
+            and other.end_us > hour_us
+        ):
+            return False
+    return True
+
+
 class JobDelta(AllocationDelta[JobGpuRange]):
-    """Changes to job_hour_figures (`figures`) and outside_job_hours (`outside`), summed
-    before they are written."""
+    """Changes to job_hour_figures (`figures`), to the job sums of GPU-hour rows (`rides`,
+    with the run each row holds in `riders`) and to outside_job_hours (`outside`), summed
+    before they are written.
+
+    Where a piece goes depends on its run, its UTC hour and the other runs of its GPU in
+    the same view (`rides_gpu_row`): an hour wholly inside the run that no other run
+    touches rides on the GPU-hour row, which ingest upserts for that GPU and hour anyway
+    (as a booking's whole hours do); the rest, a figure row per run, GPU and hour.
+    Crediting and un-crediting under one view route alike, so they stay exact inverses;
+    a record change un-credits the host's old view and credits its new one over whole
+    hours (board.jobs.recredit), which moves an hour between the two places when a run
+    starts or stops sharing it.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self.figures: dict[JobFigureKey, list[int]] = {}
+        self.rides: dict[GpuHourKey, list[int]] = {}
+        # The run credited (with a positive sign) on each ride row: the row's job_id.
+        self.riders: dict[GpuHourKey, int] = {}
         self.outside: dict[OutsideKey, list[int]] = {}
         self.views: list[tuple[OutsideView, int]] = []
         self.workspace_of_job: dict[int, int] = {}
@@ -164,7 +204,22 @@ class JobDelta(AllocationDelta[JobGpuRange]):
         if view.since:
             self.views.append((view, sign))
 
-    def row(self, allocation: JobGpuRange, host_id: int, gpu_id: int, hour_us: int) -> list[int]:
+    def row(
+        self,
+        allocation: JobGpuRange,
+        allocation_sign: int,
+        host_id: int,
+        gpu_id: int,
+        hour_us: int,
+    ) -> list[int]:
+        if rides_gpu_row(allocation, allocation_sign, self.allocations[gpu_id], hour_us):
+            ride_key = (host_id, gpu_id, hour_us)
+            if allocation_sign > 0:
+                self.riders[ride_key] = allocation.job_id
+            ride = self.rides.get(ride_key)
+            if ride is None:
+                ride = self.rides[ride_key] = [0] * len(FIGURE_COLUMNS)
+            return ride
         key = (allocation.job_id, gpu_id, hour_us)
         row = self.figures.get(key)
         if row is None:
@@ -192,8 +247,10 @@ class JobDelta(AllocationDelta[JobGpuRange]):
         Tests hold it equal to the generic classification."""
         allocations = self.allocations
         figures = self.figures
+        rides = self.rides
         host = opener.host_id
         views = self.views
+        hour_end = hour_us + HOUR_US
         for g in opener.gpus:
             gpu_id = g.gpu_id
             allocated = allocations.get(gpu_id)
@@ -206,11 +263,27 @@ class JobDelta(AllocationDelta[JobGpuRange]):
                     hi = end_us if end_us < allocation.end_us else allocation.end_us
                     if lo >= hi:
                         continue
-                    key = (allocation.job_id, gpu_id, hour_us)
-                    row = figures.get(key)
-                    if row is None:
-                        row = figures[key] = [0] * len(FIGURE_COLUMNS)
-                        self.host_of_gpu[gpu_id] = host
+                    # rides_gpu_row(), its usual answers inlined: one run, a partial hour.
+                    if (
+                        allocation.start_us <= hour_us
+                        and allocation.end_us >= hour_end
+                        and (
+                            len(allocated) == 1
+                            or rides_gpu_row(allocation, allocation_sign, allocated, hour_us)
+                        )
+                    ):
+                        ride_key = (host, gpu_id, hour_us)
+                        row = rides.get(ride_key)
+                        if row is None:
+                            row = rides[ride_key] = [0] * len(FIGURE_COLUMNS)
+                        if allocation_sign > 0:
+                            self.riders[ride_key] = allocation.job_id
+                    else:
+                        key = (allocation.job_id, gpu_id, hour_us)
+                        row = figures.get(key)
+                        if row is None:
+                            row = figures[key] = [0] * len(FIGURE_COLUMNS)
+                            self.host_of_gpu[gpu_id] = host
                     signed = sign * allocation_sign * (hi - lo)
                     row[COVERED] += signed
                     if not users:
@@ -245,4 +318,16 @@ class JobDelta(AllocationDelta[JobGpuRange]):
     def keep_hours(self, start_us: int, end_us: int) -> None:
         """Only the hours in [start, end): the rest was replayed only to cut intervals."""
         self.figures = {k: v for k, v in self.figures.items() if start_us <= k[2] < end_us}
+        self.rides = {k: v for k, v in self.rides.items() if start_us <= k[2] < end_us}
+        self.riders = {k: v for k, v in self.riders.items() if start_us <= k[2] < end_us}
         self.outside = {k: v for k, v in self.outside.items() if start_us <= k[2] < end_us}
+
+    def ride_rows(self) -> dict[GpuHourKey, tuple[int, ...]]:
+        """The GPU-hour rows' job sums to add, as RIDE_COLUMNS (board.rollups.store): the
+        run credited there (0: only un-credited, the row keeps the run it names), its
+        sums. Rows whose changes cancel out are left out."""
+        return {
+            key: (self.riders.get(key, 0), *sums)
+            for key, sums in sorted(self.rides.items())
+            if any(sums)
+        }

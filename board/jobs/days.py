@@ -2,9 +2,11 @@
 about 24 times fewer rows (docs/jobs.md "Day rows").
 
 The same scheme as the rollups' day rows (board.rollups.daily), with marks of its own: a
-statement-level trigger on job_hour_figures (migration "job day figures") marks every
-UTC day whose hours a statement touched in job_dirty_days, in the same transaction,
-whatever wrote them (ingest, a record's re-crediting, a rebuild, a cascade). A job
+statement-level trigger on job_hour_figures (migration "job day figures"), and one on
+the GPU-hour rows for those holding a run's whole hours (migration "job hours on GPU
+rows"), mark every UTC day whose hours a statement touched in job_dirty_days, in the
+same transaction, whatever wrote them (ingest, a record's re-crediting, a rebuild, a
+cascade). Day rows are summed from both (the view job_hours). A job
 figure change leaves the GPU-hour rollups alone (board.jobs.recredit), so the rollups'
 marks could not say it. The jobs report reads hours for marked days and day rows for
 the others; `refresh_job_days` (the maintenance schedule) recomputes closed marked days
@@ -111,7 +113,7 @@ _REFRESH = (
         max_memory_used_mb)
     SELECT h.workspace_id, h.job_id, h.gpu_id, d.day, max(h.host_id), {_SUMMED},
            max(h.max_memory_used_mb)
-    FROM job_hour_figures h
+    FROM job_hours h
     JOIN unnest(%(days)s::timestamptz[]) AS d(day)
       ON h.hour_start >= d.day AND h.hour_start < d.day + interval '1 day'
     WHERE h.workspace_id = %(ws)s

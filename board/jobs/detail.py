@@ -1,5 +1,5 @@
 """One job run as its page shows it: its fields, its allocation per host (each device and
-the GPU it matched), and its figures summed from job_hour_figures (accounting.md)."""
+the GPU it matched), and its figures summed from its hours (job_hours, accounting.md)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ _FIGURES = """
            coalesce(sum(idle_held_us), 0), coalesce(sum(foreign_us), 0),
            coalesce(sum(unused_us), 0), coalesce(sum(util_pct_us), 0),
            max(max_memory_used_mb)
-    FROM job_hour_figures WHERE workspace_id = %s AND job_id = %s
+    FROM job_hours WHERE workspace_id = %s AND job_id = %s
 """
 
 

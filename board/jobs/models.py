@@ -28,6 +28,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 from board.db.base import Base
 from board.rollups.models import UPDATED_IN_PLACE
 
+# job_hours (migration "job hours on GPU rows"): job_hour_figures and the job hours kept
+# on GPU-hour rows (gpu_hour_rollups.job_*) as one table of (job, GPU, hour) rows, what
+# every reader of hourly job figures sums (board.jobs.crediting says which goes where).
+OWNED_RELATIONS = ("job_hours",)
+
 
 class SchedulerJob(Base):
     """One run of a scheduler's job. Slurm keeps a job's id through a requeue, so a run is
@@ -137,7 +142,9 @@ class HostAllocationVersion(Base):
 
 class JobHourFigure(Base):
     """Per job, GPU and UTC hour: how the allocated time was spent (integer µs, exact to
-    un-credit), the utilization integral, and the most memory seen in use (MiB)."""
+    un-credit), the utilization integral, and the most memory seen in use (MiB). An hour
+    wholly inside a run that no other run of its GPU touches is kept on the GPU-hour row
+    instead (gpu_hour_rollups.job_*); read both through the view job_hours."""
 
     __tablename__ = "job_hour_figures"
 

@@ -25,11 +25,21 @@ from board.rollups.crediting import to_us
 from board.rollups.gaps import load_schedule
 from board.rollups.rebuild import host_ticks
 
+# The job sums of GPU-hour rows (a run's whole hours no other run shares): only rows that
+# hold one, so the rest of the GPU-hour rows are not rewritten.
+_CLEAR_RIDES = """
+    UPDATE gpu_hour_rollups SET job_id = NULL, job_covered_us = 0, job_active_us = 0,
+        job_idle_held_us = 0, job_foreign_us = 0, job_unused_us = 0, job_util_pct_us = 0,
+        job_max_memory_used_mb = 0
+    WHERE workspace_id = %s AND hour_start >= %s AND hour_start < %s AND job_id IS NOT NULL
+"""
+
 
 @dataclass
 class JobRebuild:
     hosts: int = 0  # hosts replayed
     figure_rows: int = 0  # job-hour figure rows written
+    ride_hours: int = 0  # GPU-hour rows given a run's figures (whole hours it held alone)
     outside_rows: int = 0  # outside-job hour rows written
 
 
@@ -46,6 +56,7 @@ async def rebuild_job_figures(
             f"DELETE FROM {table} WHERE workspace_id = %s AND hour_start >= %s AND hour_start < %s",
             window,
         )
+    await conn.execute(_CLEAR_RIDES, window)
     cur = await conn.execute(
         "SELECT host_id FROM job_gpus WHERE workspace_id = %s AND during && tstzrange(%s, %s) "
         "UNION SELECT host_id FROM cluster_hosts WHERE workspace_id = %s AND since < %s",
@@ -64,5 +75,6 @@ async def rebuild_job_figures(
         await upsert_job_delta(conn, delta, {host_id: workspace_id})
         result.hosts += 1
         result.figure_rows += sum(1 for sums in delta.figures.values() if any(sums))
+        result.ride_hours += sum(1 for sums in delta.rides.values() if any(sums))
         result.outside_rows += sum(1 for sums in delta.outside.values() if sums[0])
     return result

@@ -2,7 +2,10 @@
 
 Like a moved booking (board.reservations.service `recredit`): the changed runs' old
 ranges are un-credited and their new ones credited in one replay of each affected host's
-stored observations around where they differ; everything outside cancels out. Time
+stored observations around where they differ (widened to whole hours); everything
+outside cancels out. Every run of the host is replayed under both views, not only the
+changed ones: an hour wholly inside a run that no other run touches is kept on the
+GPU-hour row, so a run that starts or stops sharing an hour moves its neighbour's. Time
 outside jobs is judged against every job of the host, so it is taken back under the old
 view (all the host's job GPUs and its cluster `since`, as before the record) and credited
 under the new one. The hosts are locked first, in key order, as an ingest batch locks
@@ -21,7 +24,7 @@ from board.hosts.locks import lock_hosts
 from board.jobs.crediting import JobDelta, JobGpuRange, OutsideView
 from board.jobs.store import load_cluster_since, load_job_gpus, upsert_job_delta
 from board.rollups.allocated import OPEN_END_US
-from board.rollups.crediting import from_us, to_us
+from board.rollups.crediting import HOUR_US, from_us, to_us
 from board.rollups.gaps import GapSchedule, load_schedule
 from board.rollups.rebuild import host_ticks
 
@@ -100,18 +103,24 @@ async def _recredit_host(
             edges.append(OPEN_END_US)  # a host that became (or left) a cluster host
     if not edges:
         return
-    lo, hi = _at(min(edges)) - gap, _at(max(edges)) + gap
+    # Whole hours: where an hour's figures are kept depends on every run that touches it
+    # (board.jobs.crediting), so a changed edge may move a neighbour's whole hour.
+    lo_us = min(edges) // HOUR_US * HOUR_US
+    hi_us = max(edges) if max(edges) >= OPEN_END_US else -(-max(edges) // HOUR_US) * HOUR_US
+    lo, hi = _at(lo_us) - gap, _at(hi_us) + gap
     ticks = await host_ticks(conn, workspace_id, host_id, lo, hi)
     if len(ticks) < 2:
         return
     current, _ = await load_job_gpus(conn, [(workspace_id, host_id, lo, hi)])
-    delta = JobDelta()
-    for r in gone:
-        delta.add_job_gpu(r, -1)
-    for r in new:
-        delta.add_job_gpu(r, 1)
     changed = {(r.job_id, r.gpu_id) for r in new}
     previous = [r for r in current if (r.job_id, r.gpu_id) not in changed] + gone
+    # The host's old view taken back and its new one credited, every run of both: the
+    # runs that did not change cancel out, but where an hour of theirs now goes.
+    delta = JobDelta()
+    for r in previous:
+        delta.add_job_gpu(r, -1)
+    for r in current:
+        delta.add_job_gpu(r, 1)
     delta.add_view(_view(previous, was if host_id in old_since else now, host_id), -1)
     delta.add_view(_view(current, now, host_id), 1)
     delta.credit_series(ticks, gaps)

@@ -1,7 +1,7 @@
 """The jobs report (docs/jobs.md "The jobs report"): per run, Linux user, account,
 partition or local day, how the GPUs the scheduler allocated were spent in a window.
 
-Figures are summed as integer microseconds (job_hour_figures, credited per job, GPU and
+Figures are summed as integer microseconds (job_hours, credited per job, GPU and
 UTC hour; job_day_figures, their sums per UTC day, for the clean whole UTC days of the
 window: board.jobs.days) and turned into hours only at the end, with the usage report's
 rounding (board.reportkit.figures), so a total is exactly the sum of its microseconds. Allocated

@@ -1,6 +1,7 @@
 """The jobs report's SQL (board.jobs.report): the figures credited per job, GPU and UTC
-day or hour (job_day_figures, job_hour_figures) summed over the window, beside the
-allocated time read from the allocations themselves (job_gpus), observed or not.
+day or hour (job_day_figures; job_hours: job_hour_figures and the GPU-hour rows' job
+sums) summed over the window, beside the allocated time read from the allocations
+themselves (job_gpus), observed or not.
 
 Every statement is scoped by workspace and window; key expressions and orders come from
 the fixed tables below, never from the request.
@@ -54,12 +55,12 @@ _SOURCE = """
 # filtered: 0.5 s for the day of edges.
 _RANGED_HOURS = """unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
      CROSS JOIN LATERAL (
-        SELECT * FROM job_hour_figures h
+        SELECT * FROM job_hours h
         WHERE h.workspace_id = %(ws)s AND h.hour_start >= rg.lo AND h.hour_start < rg.hi
         OFFSET 0) AS x"""
 # Or the window's hours read through (a parallel scan: what probing by the index costs
 # several times over) but those the day rows serve: with no day rows, or many dirty days.
-_WINDOW_HOURS = """job_hour_figures x {only_jobs}
+_WINDOW_HOURS = """job_hours x {only_jobs}
      WHERE x.workspace_id = %(ws)s AND x.hour_start >= %(start)s AND x.hour_start < %(end)s
        AND (x.hour_start < %(d0)s OR x.hour_start >= %(d1)s
             OR date_trunc('day', x.hour_start, 'UTC') = ANY(%(dirty)s::timestamptz[]))"""

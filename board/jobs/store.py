@@ -17,7 +17,8 @@ import psycopg
 
 from board.db.pgtext import bigint_array, int_array, text_array
 from board.jobs.crediting import JobDelta, JobGpuRange, OutsideView
-from board.rollups.crediting import HOUR_US, to_us
+from board.rollups.crediting import HOUR_US, RollupDelta, to_us
+from board.rollups.store import upsert_rollup_delta
 
 # A range's ends as µs since the epoch (exact: extract() is numeric), so the rows read per
 # batch need no timestamp parsed and converted in Python; NULL: still running.
@@ -205,10 +206,20 @@ _UPSERT_OUTSIDE = """
 
 
 async def upsert_job_delta(
-    conn: psycopg.AsyncConnection[Any], delta: JobDelta, workspace_of_host: dict[int, int]
+    conn: psycopg.AsyncConnection[Any],
+    delta: JobDelta,
+    workspace_of_host: dict[int, int],
+    *,
+    with_rides: bool = True,
 ) -> None:
-    """Add the delta's figures and outside hours, each statement in key order (concurrent
-    upserts never deadlock). Pipelined when the caller's connection is."""
+    """Add the delta's figures, outside hours and (unless the caller sends them with its
+    own GPU-hour upsert, as ingest does: `with_rides=False`) the job sums of GPU-hour
+    rows, each statement in key order (concurrent upserts never deadlock). Pipelined
+    when the caller's connection is."""
+    if with_rides:
+        rides = delta.ride_rows()
+        if rides:
+            await upsert_rollup_delta(conn, workspace_of_host, RollupDelta(), rides=rides)
     figures = [
         (delta.workspace_of_job[job], job, gpu, hour // HOUR_US, delta.host_of_gpu[gpu], *sums)
         for (job, gpu, hour), sums in sorted(delta.figures.items())

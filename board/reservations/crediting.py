@@ -94,7 +94,9 @@ class ReservationDelta(AllocationDelta[Booking]):
         self.add_allocation(booking, sign)
         self.workspace_of[booking.reservation_id] = booking.workspace_id
 
-    def row(self, allocation: Booking, host_id: int, gpu_id: int, hour_us: int) -> list[int]:
+    def row(
+        self, allocation: Booking, allocation_sign: int, host_id: int, gpu_id: int, hour_us: int
+    ) -> list[int]:
         """An hour wholly inside the booking: its GPU-hour row; a partial one: a figure row."""
         if allocation.start_us <= hour_us and hour_us + HOUR_US <= allocation.end_us:
             row = self.booked.get((host_id, gpu_id, hour_us))

@@ -46,6 +46,7 @@ class FigureRebuild:
     rows: int = 0  # reservation-hour figure rows written (a booking's partial hours)
     booked_hours: int = 0  # GPU-hour rows given booked sums (hours wholly inside one)
     job_rows: int = 0  # job-hour figure rows (board.jobs.rebuild, replayed alongside)
+    job_ride_hours: int = 0  # GPU-hour rows given a run's figures (its whole hours alone)
     outside_rows: int = 0  # outside-job hour rows
 
     def add(self, other: FigureRebuild) -> None:
@@ -53,6 +54,7 @@ class FigureRebuild:
         self.rows += other.rows
         self.booked_hours += other.booked_hours
         self.job_rows += other.job_rows
+        self.job_ride_hours += other.job_ride_hours
         self.outside_rows += other.outside_rows
 
 
@@ -110,4 +112,5 @@ async def rebuild_hours(
     figures = await rebuild_figures(conn, workspace_id, from_, to)
     jobs = await rebuild_job_figures(conn, workspace_id, from_, to)
     figures.job_rows, figures.outside_rows = jobs.figure_rows, jobs.outside_rows
+    figures.job_ride_hours = jobs.ride_hours
     return rollups, figures

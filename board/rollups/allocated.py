@@ -79,8 +79,11 @@ class AllocationDelta(ABC, Generic[A]):
         self.allocations[gpu] = [*self.allocations.get(gpu, ()), (allocation, sign)]
 
     @abstractmethod
-    def row(self, allocation: A, host_id: int, gpu_id: int, hour_us: int) -> list[int]:
-        """The sums a piece of `allocation` in the hour goes to (SLOT_COLUMNS first)."""
+    def row(
+        self, allocation: A, allocation_sign: int, host_id: int, gpu_id: int, hour_us: int
+    ) -> list[int]:
+        """The sums a piece of `allocation` (credited with `allocation_sign`: a change
+        takes an old view back with -1) in the hour goes to (SLOT_COLUMNS first)."""
 
     def add_more(self, row: list[int], gpu: GpuTick, signed_us: int) -> None:
         """Anything else a piece adds besides its slot (nothing, unless overridden)."""
@@ -108,7 +111,7 @@ class AllocationDelta(ABC, Generic[A]):
                 hi = end_us if end_us < allocation.end_us else allocation.end_us
                 if lo >= hi:
                     continue
-                row = self.row(allocation, opener.host_id, g.gpu_id, hour_us)
+                row = self.row(allocation, allocation_sign, opener.host_id, g.gpu_id, hour_us)
                 signed = sign * allocation_sign * (hi - lo)
                 row[COVERED] += signed
                 if not users:

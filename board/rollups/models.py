@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Index, PrimaryKeyConstraint, Text
+from sqlalchemy import BigInteger, DateTime, Index, Integer, PrimaryKeyConstraint, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from board.db.base import Base
@@ -47,10 +47,28 @@ class GpuHourRollup(Base):
     booked_idle_held_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
     booked_conflict_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
     booked_unused_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # A scheduler job run's figures for this hour, when the hour lies wholly inside the
+    # run and no other run of the GPU touches it (board.jobs.crediting); `job_id` the
+    # run (scheduler_jobs.id), NULL for none. Partial and shared hours are kept in
+    # job_hour_figures; the view job_hours reads both.
+    job_id: Mapped[int | None] = mapped_column(BigInteger)
+    job_covered_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    job_active_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    job_idle_held_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    job_foreign_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    job_unused_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    job_util_pct_us: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    job_max_memory_used_mb: Mapped[int] = mapped_column(Integer, server_default="0")
 
     __table_args__ = (
         PrimaryKeyConstraint("workspace_id", "gpu_id", "hour_start"),
         Index("ix_gpu_hour_rollups_workspace_hour", "workspace_id", "hour_start"),
+        Index(
+            "ix_gpu_hour_rollups_job",
+            "workspace_id",
+            "job_id",
+            postgresql_where=text("job_id IS NOT NULL"),
+        ),
         {"postgresql_with": UPDATED_IN_PLACE},
     )
 

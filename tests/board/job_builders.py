@@ -87,15 +87,18 @@ Figures = dict[tuple[str, int, int, int, datetime], tuple[int, ...]]
 
 async def job_figures(app: Any, workspace_id: int) -> Figures:
     """(raw job id, restart, host id, gpu index, hour) -> covered, active, idle_held,
-    foreign, unused, util_pct_us, max_memory_used_mb (rows of all zero µs left out)."""
+    foreign, unused, util_pct_us, max_memory_used_mb (rows of all zero µs left out),
+    wherever an hour is kept (job_hours: a figure row, or the GPU-hour row's job sums)."""
     async with await connect(app) as conn:
         cur = await conn.execute(
             "SELECT j.raw_job_id, j.restart_count, f.host_id, g.gpu_index, f.hour_start, "
-            "f.covered_us, f.active_us, f.idle_held_us, f.foreign_us, f.unused_us, "
-            "f.util_pct_us, f.max_memory_used_mb FROM job_hour_figures f "
+            "sum(f.covered_us)::bigint, sum(f.active_us)::bigint, "
+            "sum(f.idle_held_us)::bigint, sum(f.foreign_us)::bigint, "
+            "sum(f.unused_us)::bigint, sum(f.util_pct_us)::bigint, "
+            "max(f.max_memory_used_mb) FROM job_hours f "
             "JOIN scheduler_jobs j ON j.workspace_id = f.workspace_id AND j.id = f.job_id "
             "JOIN gpus g ON g.workspace_id = f.workspace_id AND g.id = f.gpu_id "
-            "WHERE f.workspace_id = %s",
+            "WHERE f.workspace_id = %s GROUP BY 1, 2, 3, 4, 5",
             [workspace_id],
         )
         rows = await cur.fetchall()
