@@ -1,7 +1,7 @@
 """Ingest benchmark: the real board (2 uvicorn workers) on a real PostgreSQL, many agents.
 
     .venv/bin/python bench/ingest.py [--hosts 300] [--seconds 20] [--concurrency 96]
-                                     [--bookings] [--jobs]
+                                     [--bookings] [--jobs] [--jobs-edge]
 
 What it does:
 1. creates a scratch database on GUA_BOARD_DATABASE_URL's server (else the local
@@ -29,7 +29,10 @@ first hour (a figure row per booked GPU and hour, the worst case).
 GPU, started at the previous whole hour, the host a cluster host since then) holds each
 of its GPUs, so every batch credits job figures and the time outside jobs too. The jobs
 are written in the database directly (as board.jobs.recording would; only one
-observation per host is stored, so nothing needs re-crediting).
+observation per host is stored, so nothing needs re-crediting). The load then falls in
+hours wholly inside the jobs, kept on the GPU-hour rows, as most of a long job's hours
+are. With --jobs-edge they start this minute instead: the load falls in each job's
+partial first hour (a figure row per job, GPU and hour, the worst case).
 
 The load generator is one process (asyncio on uvloop when installed, a minimal keep-alive
 HTTP/1.1 client; `--client httpx` to compare), because the machine is small and shared with
@@ -469,14 +472,14 @@ _JOBS_AN_HOUR_BACK = """
     INSERT INTO scheduler_jobs (workspace_id, public_id, cluster, raw_job_id, job_id,
         linux_user, state, started_at)
     SELECT g.workspace_id, gen_random_uuid(), 'bench', g.id::text, g.id::text, 'alice',
-           'RUNNING', date_trunc('hour', now()) - interval '1 hour'
+           'RUNNING', {START}
     FROM gpus g;
     INSERT INTO job_gpus (workspace_id, job_id, host_id, device, during, linux_user)
     SELECT j.workspace_id, j.id, g.host_id, g.gpu_index, tstzrange(j.started_at, NULL),
            j.linux_user
     FROM scheduler_jobs j JOIN gpus g ON g.id::text = j.raw_job_id;
     INSERT INTO cluster_hosts (workspace_id, host_id, cluster, since)
-    SELECT workspace_id, id, 'bench', date_trunc('hour', now()) - interval '1 hour' FROM hosts;
+    SELECT workspace_id, id, 'bench', {START} FROM hosts;
 """
 
 
@@ -502,10 +505,19 @@ async def report_once(base_url: str, agents: list[Agent]) -> int:
     return len(agents)
 
 
-async def run_jobs_on_every_gpu(url: str) -> None:
-    """--jobs: a running job on each GPU, from the previous whole hour (see the docstring)."""
+def jobs_on_every_gpu_sql(edge: bool = False) -> str:
+    """The statements of a running job on each GPU, from the previous whole hour, or
+    (`edge`) from this minute (see the docstring)."""
+    start = "date_trunc('minute', now())"
+    if not edge:
+        start = "date_trunc('hour', now()) - interval '1 hour'"
+    return _JOBS_AN_HOUR_BACK.replace("{START}", start)
+
+
+async def run_jobs_on_every_gpu(url: str, edge: bool = False) -> None:
+    """--jobs (--jobs-edge): a running job on each GPU."""
     async with await psycopg.AsyncConnection.connect(url) as conn:
-        for statement in _JOBS_AN_HOUR_BACK.split(";"):
+        for statement in jobs_on_every_gpu_sql(edge).split(";"):
             if statement.strip():
                 await conn.execute(statement)
 
@@ -609,19 +621,19 @@ def bench_board(url: str, args: argparse.Namespace, log_dir: Path) -> LoadResult
             if not args.bookings_edge:
                 run(start_bookings_an_hour_back(url))
             print(f"booked all GPUs of {made} hosts for a day", file=sys.stderr)
-        if args.jobs:
+        if args.jobs or args.jobs_edge:
             if not made:
                 made = run(report_once(server.base_url, agents))
-            run(run_jobs_on_every_gpu(url))
+            run(run_jobs_on_every_gpu(url, edge=args.jobs_edge))
             print(f"a running job on every GPU of {len(agents)} hosts", file=sys.stderr)
         result = measure(server, agents, args, url)
         result.accepted_total += made  # each booked host's first push is stored too
         # Before the board stops: a 202 must mean the rows are already committed.
         result.durable = count_rows(url)
-        if args.jobs:
+        if args.jobs or args.jobs_edge:
             with psycopg.connect(url, autocommit=True) as conn:
                 row = conn.execute(
-                    "SELECT count(*), coalesce(sum(covered_us), 0)::bigint FROM job_hour_figures"
+                    "SELECT count(*), coalesce(sum(covered_us), 0)::bigint FROM job_hours"
                 ).fetchone()
             assert row is not None
             print(f"job figures: {row[0]} rows, {row[1] / 3.6e9:.2f} GPU-hours", file=sys.stderr)
@@ -741,6 +753,11 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs",
         action="store_true",
         help="a running scheduler job on every GPU (job figures credited per batch)",
+    )
+    parser.add_argument(
+        "--jobs-edge",
+        action="store_true",
+        help="as --jobs, but the load falls in each job's partial first hour",
     )
     args = parser.parse_args(argv)
     if args.concurrency > args.hosts:

@@ -247,11 +247,16 @@ async def host_loop(
                 await asyncio.sleep(delay)
             head, tail = shapes[(k // FLIP_TICKS) % 2]
             stamp = (sim_start + timedelta(seconds=TICK_SECONDS * (k + offset))).isoformat()
+            body = head + stamp.encode() + tail
             t = time.perf_counter()
             try:
-                status, _ = await conn.post(
-                    "/agent/v1/observations", token, head + stamp.encode() + tail
-                )
+                try:
+                    status, _ = await conn.post("/agent/v1/observations", token, body)
+                except (OSError, asyncio.IncompleteReadError):
+                    # The board closes a connection idle past its keep-alive timeout
+                    # (shorter than the 30 s tick); an HTTP client finds it closed and
+                    # sends on a new one, as this does, once.
+                    status, _ = await conn.post("/agent/v1/observations", token, body)
             except (OSError, asyncio.IncompleteReadError) as exc:
                 tally.error(tally.push_errors, type(exc).__name__)
                 continue

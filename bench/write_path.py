@@ -30,7 +30,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import scratch_database, server_version  # noqa: E402
-from ingest import _JOBS_AN_HOUR_BACK, snapshot  # noqa: E402
+from ingest import jobs_on_every_gpu_sql, snapshot  # noqa: E402
 
 from board.app import tune_gc  # noqa: E402
 from board.db.migrate import upgrade  # noqa: E402
@@ -114,7 +114,7 @@ async def run(args: argparse.Namespace, url: str) -> None:
         for batch in batches[:warm]:
             await store_batch(conn, batch, cache, job_cache=job_cache)
         if args.jobs:  # the GPUs are known now: a running job on each (bench/ingest.py)
-            await conn.execute(_JOBS_AN_HOUR_BACK)
+            await conn.execute(jobs_on_every_gpu_sql())
             await conn.commit()
         measured = batches[warm:]
         wall0, cpu0, pg0 = time.perf_counter(), time.process_time(), backend_cpu(pid)

@@ -69,6 +69,12 @@ class GpuHourRollup(Base):
             "job_id",
             postgresql_where=text("job_id IS NOT NULL"),
         ),
+        Index(
+            "ix_gpu_hour_rollups_job_hour",
+            "workspace_id",
+            "hour_start",
+            postgresql_where=text("job_id IS NOT NULL"),
+        ),
         {"postgresql_with": UPDATED_IN_PLACE},
     )
 

@@ -123,10 +123,19 @@ def upgrade() -> None:
         "gpu_hour_rollups",
         sa.Column("job_max_memory_used_mb", sa.Integer(), server_default="0", nullable=False),
     )
+    # The job hours on GPU rows by run (a job's page) and by hour (the jobs report's
+    # hours, a day's refresh), without reading the GPU hours no job holds.
     op.create_index(
         "ix_gpu_hour_rollups_job",
         "gpu_hour_rollups",
         ["workspace_id", "job_id"],
+        unique=False,
+        postgresql_where=sa.text("job_id IS NOT NULL"),
+    )
+    op.create_index(
+        "ix_gpu_hour_rollups_job_hour",
+        "gpu_hour_rollups",
+        ["workspace_id", "hour_start"],
         unique=False,
         postgresql_where=sa.text("job_id IS NOT NULL"),
     )
@@ -163,6 +172,7 @@ def downgrade() -> None:
             max_memory_used_mb = GREATEST(f.max_memory_used_mb, EXCLUDED.max_memory_used_mb)
         """
     )
+    op.drop_index("ix_gpu_hour_rollups_job_hour", table_name="gpu_hour_rollups")
     op.drop_index("ix_gpu_hour_rollups_job", table_name="gpu_hour_rollups")
     for name in ("job_max_memory_used_mb", *(f"job_{c}" for c in SUMS), "job_id"):
         op.drop_column("gpu_hour_rollups", name)
