@@ -1,8 +1,8 @@
 """The covered GPU-hours every usage report states (`coverage.coveredGpuHours`): the
 window's clean whole UTC days from the day totals, and every other hour of it (the edge
-hours of a zone's days, a day changed since its day rows) from the hour rows, each
-range read on its own (board.reports.repository.coverage). Whatever the zone, the
-grouping or the mix of day rows and hours, it is the sum of the window's hours.
+hours of a zone's days, a day changed since its day rows) from the hour rows, named one
+by one (board.reports.repository.rollup_rows). Whatever the zone, the grouping or the
+mix of day rows and hours, it is the sum of the window's hours.
 """
 
 from __future__ import annotations
