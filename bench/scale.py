@@ -12,9 +12,11 @@ What it does:
    the fleet page has a live fleet and `gpus` has their GPUs;
 3. 400 days of hour rollups of those GPUs up to the current hour, COPYed a UTC day at a
    time (bench/reports.py's generator: 20 Linux users, energy in every hour, a day's
-   seed its own) into gpu_hour_rollups and user_hour_rollups: their triggers keep the
-   host hours and mark the days dirty, as for ingest's writes. The board keeps hours
-   for 400 days (min_retention_days, board/rollups/retention.py), so all of them stay.
+   seed its own), an hour's rows together as ingest lays them on disk (it writes each
+   hour's rows during that hour), into gpu_hour_rollups and user_hour_rollups: their
+   triggers keep the host hours and mark the days dirty, as for ingest's writes. The
+   board keeps hours for 400 days (min_retention_days, board/rollups/retention.py), so
+   all of them stay.
    Then the day rows of the closed days, by the maintenance schedule's own refresh
    (board.rollups.daily.refresh_day_rollups); the users in 5 teams, EUR and prices, the
    workspace in Europe/Berlin (bench/money.py's `add_money`); Slurm jobs on every pair
@@ -114,8 +116,9 @@ def load_history(
     with psycopg.connect(url) as conn:
         for n in range(DAYS):
             day_end = end - timedelta(days=DAYS - 1 - n)
-            copy_rows(conn, GPU_COPY, fleet_lines(workspace_id, gpus, 1, day_end, 0, seed=n))
-            copy_rows(conn, USER_COPY, fleet_lines(workspace_id, gpus, 1, day_end, 1, seed=n))
+            for table, statement in enumerate((GPU_COPY, USER_COPY)):
+                lines = fleet_lines(workspace_id, gpus, 1, day_end, table, seed=n, by_hour=True)
+                copy_rows(conn, statement, lines)
             if n % 50 == 49:
                 took = time.perf_counter() - t0
                 print(f"  {n + 1} days of hours in {took:.0f} s", file=sys.stderr, flush=True)
