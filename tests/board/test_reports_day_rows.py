@@ -8,6 +8,9 @@ as it is (what these reports did before, in a zone whose days are not UTC days):
 body, JSON and CSV, streamed (the REST report) or built (the pages' service), is the
 same byte for byte, with costs by GPU model, a price that starts inside a UTC day,
 electricity prices and carbon intensities, energy, two users on two GPUs.
+
+The FOCUS export is read a local day at a time (board.money.focus): its body is the one
+a single statement over the whole window gives.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import orjson
 import psycopg
 
 from board.db.urls import libpq_url
+from board.money import focus
+from board.pricing.cost import has_renames, workspace_currency
 from board.reportkit import params
-from board.reports.service import usage_report
+from board.reportkit.csv import LINE_END, csv_cells
+from board.reports.service import usage_report, usage_scope
 from board.rollups.daily import refresh_day_rollups
 from tests.board.budget_builders import set_team, set_zone
 from tests.board.builders import Tenant, enroll, make_tenant, push
@@ -186,3 +192,45 @@ async def test_day_rows_give_the_bodies_the_hours_give(app: Any, client: httpx.A
     assert all(row["heldGpuHours"] > 0 and row["cost"] > 0 for row in month["rows"])
     assert month["totals"]["energyCost"]
     assert month["totals"]["co2eKg"]
+
+
+async def focus_at_once(
+    conn: psycopg.AsyncConnection[Any], ws: int, window: params.Window
+) -> bytes:
+    """The FOCUS export of the window from one statement over all of it (as it was read
+    before it was read a day at a time): the oracle of the test below."""
+    currency = await workspace_currency(conn, ws)
+    assert currency is not None
+    cur = await conn.execute("SELECT slug, name FROM workspaces WHERE id = %s", [ws])
+    slug, name = await cur.fetchone() or ("", "")
+    account = focus.Account(slug=slug, name=name)
+    scope = await usage_scope(conn, ws, window, day_keyed=True)
+    statement = focus._ROWS_SQL[(await has_renames(conn, ws), scope.rates.in_force)]
+    rows = await (await conn.execute(statement, scope.params())).fetchall()
+    periods = focus._Periods(window)
+    lines = [csv_cells(focus.COLUMNS)]
+    lines += [csv_cells(focus.focus_row(account, currency, periods, r)) for r in rows]
+    return (LINE_END.join(lines) + LINE_END).encode()
+
+
+async def test_focus_read_a_day_at_a_time_is_the_window_at_once(
+    app: Any, client: httpx.AsyncClient
+) -> None:
+    tenant = await make_tenant(app, "dayrows")
+    ws = await seed(app, client, tenant)
+    url = libpq_url(app.state.runtime.database_url)
+    windows = [*WINDOWS, ("2026-11-05T10:00:00Z", "2026-11-07T15:00:00Z")]
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        for zone in ZONES:
+            for first, following in windows:
+                r = await client.get(
+                    f"/api/v1/workspaces/{tenant.slug}/reports/focus",
+                    params={"from": first, "to": following, "tz": zone},
+                    headers=tenant.auth("finance"),
+                )
+                assert r.status_code == 200, r.text
+                window = params.parse_window(first, following, zone)
+                expected = await focus_at_once(conn, ws, window)
+                await conn.rollback()
+                assert r.content == expected, (zone, first)
+                assert r.content.count(b"\n") > 2 * 2  # rows of both users
