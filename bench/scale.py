@@ -24,10 +24,11 @@ What it does:
    (bench/jobs_report.py's `add_jobs`, board.jobs.days.refresh_job_days); a monthly
    budget per team through the API; VACUUM ANALYZE, as autovacuum would;
 4. each figure through the app, as a browser or a script asks for it (auth, the route,
-   its report connection, the whole body): p50 of --repeat calls after one warm-up,
-   printed beside its goal; the FOCUS export's first body byte and the growth of this
-   process's peak RSS (VmHWM, reset before each call); the rollup and figure tables'
-   pg_total_relation_size per GPU-day;
+   its report connection, the whole body, gzip-compressed as browsers and HTTP
+   libraries ask for it; the sizes printed are compressed): p50 of --repeat calls
+   after one warm-up, printed beside its goal; the FOCUS export's first body byte and
+   the growth of this process's peak RSS (VmHWM, reset before each call); the rollup
+   and figure tables' pg_total_relation_size per GPU-day;
 5. exits 1 when a goal is missed; drops the database (unless --keep).
 
 --quick: 25 hosts (200 GPUs), the same 400 days, for a CI-sized run.
@@ -317,12 +318,14 @@ async def measure(
                 for _ in range(2):
                     await push_now(agent, push, range(len(push)))
                     await asyncio.sleep(1.0)
-        api = {"Authorization": f"Bearer {await member_token(app)}"}
+        # Compressed answers, as browsers and HTTP libraries (httpx, requests) ask.
+        gzip = {"Accept-Encoding": "gzip"}
+        api = {"Authorization": f"Bearer {await member_token(app)}", **gzip}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as browser:
             await sign_in(browser)
             cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
-        page = {"Cookie": cookie}
+        page = {"Cookie": cookie, **gzip}
 
         async def timed(path: str, query: dict[str, str], headers: dict[str, str]) -> list[Answer]:
             answers = []
