@@ -83,7 +83,7 @@ def rollup_rows(
 ) -> str:
     """A window's rows of the `source` ("user" or "gpu") rollups as `r`: clean whole UTC
     days in [d0, d1) from the day table; everything else in the window (the hours around
-    them, and dirty days) from the hour table, as [lo, hi) ranges.
+    them, and dirty days) from the hour table.
 
     `names`: what each row carries: columns (`t`: the row's start), or expressions, where
     `{start}` stands for the start column (`day_start` or `hour_start`). PostgreSQL reads
