@@ -98,9 +98,23 @@ def fleet_lines(
     end: datetime,
     table: int,
     seed: int = 42,
+    by_hour: bool = False,
 ) -> Iterator[str]:
     """COPY lines of one table (0: GPU-hours, 1: user-hours); same seed, same fleet
-    (bench/scale.py loads a day at a time, each day with a seed of its own)."""
+    (bench/scale.py loads a day at a time, each day with a seed of its own).
+
+    `by_hour`: the same lines, an hour's at a time (all GPUs of an hour, then the next),
+    laid on disk as ingest lays them (it writes an hour's rows during that hour); GPU by
+    GPU, one hour's rows are spread over all the pages of the load, so reading an hour
+    reads them all."""
+    if by_hour:
+        hours: dict[str, list[str]] = {}
+        for line in fleet_lines(workspace_id, gpu_ids, days, end, table, seed):
+            stamp = line.split("\t", 4)[2 if table == 0 else 3]
+            hours.setdefault(stamp, []).append(line)
+        for stamp in sorted(hours):
+            yield from hours[stamp]
+        return
     rng = random.Random(seed)
     start = end - timedelta(days=days)
     stamps = [(start + timedelta(hours=i)).isoformat() for i in range(days * 24)]

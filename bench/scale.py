@@ -2,6 +2,7 @@
 pages and storage checked against their goals.
 
     nice -n 19 .venv/bin/python bench/scale.py [--quick] [--repeat 7] [--keep]
+    nice -n 19 .venv/bin/python bench/scale.py --on /tmp/gua_bench_scale_XXXX.json
 
 What it does:
 1. a scratch database (bench/_common.py), migrated, with the raw partitions and a
@@ -11,9 +12,11 @@ What it does:
    the fleet page has a live fleet and `gpus` has their GPUs;
 3. 400 days of hour rollups of those GPUs up to the current hour, COPYed a UTC day at a
    time (bench/reports.py's generator: 20 Linux users, energy in every hour, a day's
-   seed its own) into gpu_hour_rollups and user_hour_rollups: their triggers keep the
-   host hours and mark the days dirty, as for ingest's writes. The board keeps hours
-   for 400 days (min_retention_days, board/rollups/retention.py), so all of them stay.
+   seed its own), an hour's rows together as ingest lays them on disk (it writes each
+   hour's rows during that hour), into gpu_hour_rollups and user_hour_rollups: their
+   triggers keep the host hours and mark the days dirty, as for ingest's writes. The
+   board keeps hours for 400 days (min_retention_days, board/rollups/retention.py), so
+   all of them stay.
    Then the day rows of the closed days, by the maintenance schedule's own refresh
    (board.rollups.daily.refresh_day_rollups); the users in 5 teams, EUR and prices, the
    workspace in Europe/Berlin (bench/money.py's `add_money`); Slurm jobs on every pair
@@ -21,13 +24,18 @@ What it does:
    (bench/jobs_report.py's `add_jobs`, board.jobs.days.refresh_job_days); a monthly
    budget per team through the API; VACUUM ANALYZE, as autovacuum would;
 4. each figure through the app, as a browser or a script asks for it (auth, the route,
-   its report connection, the whole body): p50 of --repeat calls after one warm-up,
-   printed beside its goal; the FOCUS export's first body byte and the growth of this
-   process's peak RSS (VmHWM, reset before each call); the rollup and figure tables'
-   pg_total_relation_size per GPU-day;
+   its report connection, the whole body, gzip-compressed as browsers and HTTP
+   libraries ask for it; the sizes printed are compressed): p50 of --repeat calls
+   after one warm-up, printed beside its goal; the FOCUS export's first body byte and
+   the growth of this process's peak RSS (VmHWM, reset before each call); the rollup
+   and figure tables' pg_total_relation_size per GPU-day;
 5. exits 1 when a goal is missed; drops the database (unless --keep).
 
 --quick: 25 hosts (200 GPUs), the same 400 days, for a CI-sized run.
+--keep: the database stays, and a file beside it in the temporary directory names it
+   and holds the hosts' agent tokens; --on FILE measures that database again (step 4
+   only, after each host pushed a new observation, so the fleet is live again), e.g.
+   with the code before a change and after it, alternately. Drop it with --drop FILE.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import secrets
 import statistics
 import sys
 import tempfile
@@ -47,11 +57,17 @@ from urllib.parse import urlencode
 
 import httpx
 import psycopg
+from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench._common import enroll_in_process, scratch_database  # noqa: E402
+from bench._common import (  # noqa: E402
+    enroll_in_process,
+    scratch_database,
+    server_url,
+    with_database,
+)
 from bench.fleet import prepare, push_now, sign_in  # noqa: E402
 from bench.jobs_report import add_jobs, refresh_days  # noqa: E402
 from bench.money import TEAMS, ZONE, add_money  # noqa: E402
@@ -101,8 +117,9 @@ def load_history(
     with psycopg.connect(url) as conn:
         for n in range(DAYS):
             day_end = end - timedelta(days=DAYS - 1 - n)
-            copy_rows(conn, GPU_COPY, fleet_lines(workspace_id, gpus, 1, day_end, 0, seed=n))
-            copy_rows(conn, USER_COPY, fleet_lines(workspace_id, gpus, 1, day_end, 1, seed=n))
+            for table, statement in enumerate((GPU_COPY, USER_COPY)):
+                lines = fleet_lines(workspace_id, gpus, 1, day_end, table, seed=n, by_hour=True)
+                copy_rows(conn, statement, lines)
             if n % 50 == 49:
                 took = time.perf_counter() - t0
                 print(f"  {n + 1} days of hours in {took:.0f} s", file=sys.stderr, flush=True)
@@ -156,18 +173,26 @@ async def add_budgets(app: Any, admin_token: str, first: date) -> None:
             assert r.status_code == 200, r.text
 
 
-def build(url: str, hosts: int) -> tuple[int, int, datetime, str | None]:
-    """The whole fleet and its history: (workspace id, GPUs, end of the hour rows, why
-    the day rows' refresh failed or None)."""
+@dataclass
+class Built:
+    workspace_id: int
+    gpus: int
+    end: datetime  # of the hour rows
+    refresh_error: str | None  # why the day rows' refresh failed
+    agent_tokens: list[str]
+
+
+def build(url: str, hosts: int) -> Built:
+    """The whole fleet and its history."""
     admin_token = asyncio.run(prepare(url))
     settings = Settings(database_url=url, data_dir=Path(tempfile.mkdtemp(prefix="gua-scale-")))
 
-    async def live() -> None:
+    async def live() -> list[str]:
         app = create_app(settings, run_maintenance=False)
         async with app.router.lifespan_context(app):
-            await enroll_and_push(app, admin_token, hosts)
+            return await enroll_and_push(app, admin_token, hosts)
 
-    asyncio.run(live())
+    tokens = asyncio.run(live())
     end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT id FROM workspaces WHERE slug = 'bench'").fetchone()
@@ -208,7 +233,7 @@ def build(url: str, hosts: int) -> tuple[int, int, datetime, str | None]:
     asyncio.run(budgets())
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
-    return ws, len(gpus), end, refresh_error
+    return Built(ws, len(gpus), end, refresh_error, tokens)
 
 
 @dataclass
@@ -272,8 +297,10 @@ def p50(samples: list[float]) -> float:
 
 
 async def measure(
-    url: str, workspace_id: int, gpus: int, end: datetime, repeat: int
+    url: str, workspace_id: int, gpus: int, end: datetime, repeat: int, push: list[str]
 ) -> list[Check]:
+    """`push`: agent tokens of hosts that push a new observation first (a kept fleet,
+    live again)."""
     tune_gc()  # as `gua-board serve` does in each worker process
     settings = Settings(database_url=url, data_dir=Path(tempfile.mkdtemp(prefix="gua-scale-")))
     app = create_app(settings, run_maintenance=False)
@@ -285,12 +312,20 @@ async def measure(
     async with app.router.lifespan_context(app):
         from bench.reports import member_token
 
-        api = {"Authorization": f"Bearer {await member_token(app)}"}
+        if push:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://bench") as agent:
+                for _ in range(2):
+                    await push_now(agent, push, range(len(push)))
+                    await asyncio.sleep(1.0)
+        # Compressed answers, as browsers and HTTP libraries (httpx, requests) ask.
+        gzip = {"Accept-Encoding": "gzip"}
+        api = {"Authorization": f"Bearer {await member_token(app)}", **gzip}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as browser:
             await sign_in(browser)
             cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
-        page = {"Cookie": cookie}
+        page = {"Cookie": cookie, **gzip}
 
         async def timed(path: str, query: dict[str, str], headers: dict[str, str]) -> list[Answer]:
             answers = []
@@ -425,37 +460,116 @@ def _zone() -> Any:
     return ZoneInfo(ZONE)
 
 
+def keep_database() -> str:
+    """A new database that stays after this process (scratch_database drops its own)."""
+    admin = server_url()
+    name = f"gua_bench_scale_{secrets.token_hex(4)}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(admin, name)
+
+
+def drop_kept(kept: Path) -> None:
+    url = json.loads(kept.read_text())["url"]
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+    kept.unlink()
+
+
+def dirty_before(url: str, end: datetime) -> Check:
+    """A kept database's day rows: none of the closed days may be dirty."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM rollup_dirty_days WHERE day_start < %s",
+            [end.replace(hour=0)],
+        ).fetchone()
+    dirty = int(row[0]) if row else 0
+    return Check(
+        "day rows of the closed days (maintenance refresh)",
+        f"{dirty} closed days dirty" if dirty else "made",
+        "made",
+        not dirty,
+    )
+
+
+def report(checks: list[Check]) -> int:
+    print("| check | measured | goal | met |")
+    print("| --- | --- | --- | --- |")
+    for c in checks:
+        print(f"| {c.name} | {c.figure} | {c.goal} | {'yes' if c.met else '**no**'} |")
+    return 0 if all(c.met for c in checks) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="25 hosts (200 GPUs), 400 days")
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument("--keep", action="store_true", help="keep the database (see --on)")
+    parser.add_argument("--on", type=Path, help="measure the database --keep kept again")
+    parser.add_argument("--drop", type=Path, help="drop the database --keep kept")
     args = parser.parse_args()
+    if args.drop:
+        drop_kept(args.drop)
+        return 0
+    if args.on:
+        kept = json.loads(args.on.read_text())
+        end = datetime.fromisoformat(kept["end"])
+        checks = [
+            dirty_before(kept["url"], end),
+            *asyncio.run(
+                measure(
+                    kept["url"],
+                    kept["workspace_id"],
+                    kept["gpus"],
+                    end,
+                    args.repeat,
+                    kept["tokens"],
+                )
+            ),
+        ]
+        return report(checks)
     hosts = 25 if args.quick else 250
-    with scratch_database("gua_bench_scale") as url:
+    with contextlib.ExitStack() as stack:
+        url = (
+            keep_database()
+            if args.keep
+            else stack.enter_context(scratch_database("gua_bench_scale"))
+        )
         upgrade(url)
         t0 = time.perf_counter()
-        ws, gpus, end, refresh_error = build(url, hosts)
+        built = build(url, hosts)
         print(
-            f"built {hosts} hosts, {gpus:,} GPUs, {DAYS} days up to {end:%Y-%m-%d %H:00} UTC "
-            f"in {time.perf_counter() - t0:.0f} s"
+            f"built {hosts} hosts, {built.gpus:,} GPUs, {DAYS} days up to "
+            f"{built.end:%Y-%m-%d %H:00} UTC in {time.perf_counter() - t0:.0f} s"
         )
+        if args.keep:
+            kept_at = Path(tempfile.gettempdir()) / f"{url.rsplit('/', 1)[1]}.json"
+            kept_at.write_text(
+                json.dumps(
+                    {
+                        "url": url,
+                        "workspace_id": built.workspace_id,
+                        "gpus": built.gpus,
+                        "end": built.end.isoformat(),
+                        "tokens": built.agent_tokens,
+                    }
+                )
+            )
+            kept_at.chmod(0o600)  # agent tokens
+            print(f"kept: {kept_at} (measure again: --on {kept_at}; drop: --drop {kept_at})")
         refreshed = Check(
             "day rows of the closed days (maintenance refresh)",
-            f"failed: {refresh_error}" if refresh_error else "made",
+            f"failed: {built.refresh_error}" if built.refresh_error else "made",
             "made",
-            refresh_error is None,
+            built.refresh_error is None,
         )
-        checks = [refreshed, *asyncio.run(measure(url, ws, gpus, end, args.repeat))]
-        print("| check | measured | goal | met |")
-        print("| --- | --- | --- | --- |")
-        for c in checks:
-            print(f"| {c.name} | {c.figure} | {c.goal} | {'yes' if c.met else '**no**'} |")
-        if args.keep:
-            print(f"kept: {url}")
-            with contextlib.suppress(EOFError):
-                input("press Enter to drop it")
-    return 0 if all(c.met for c in checks) else 1
+        measured = asyncio.run(
+            measure(url, built.workspace_id, built.gpus, built.end, args.repeat, [])
+        )
+        return report([refreshed, *measured])
 
 
 if __name__ == "__main__":

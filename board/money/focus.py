@@ -10,8 +10,8 @@ present and null (FOCUS: null when a charge is not associated with an invoice).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -76,7 +76,7 @@ COLUMNS: tuple[str, ...] = (*MANDATORY, *OPTIONAL, *CUSTOM)
 
 UNIT = "GPU-Hours"
 SERVICE_NAME = "GPU compute"
-FETCH_ROWS = 2_000
+FETCH_ROWS = 2_000  # rows per chunk of the body
 
 # Four spellings: with the names renamed GPUs had (only when the workspace has any), and
 # with CO2e (only when a carbon intensity or an electricity price is in force).
@@ -205,32 +205,59 @@ async def _header_only() -> AsyncIterator[bytes]:
     yield (csv_cells(COLUMNS) + LINE_END).encode()
 
 
+def local_days(window: Window) -> Iterator[Window]:
+    """The window cut where its zone's days start: a piece per local day, in order (the
+    first and the last may be part of one)."""
+    day, lo = window.day_of(window.start), window.start
+    while lo < window.end:
+        day += timedelta(days=1)
+        hi = min(window.day_start(day), window.end)
+        if hi > lo:  # a day the zone skipped has no hours
+            yield replace(window, start=lo, end=hi)
+            lo = hi
+
+
+async def _day_rows(
+    conn: psycopg.AsyncConnection[Any], workspace_id: int, renamed: bool, piece: Window
+) -> list[tuple[Any, ...]]:
+    """The export's rows of one local day (a piece of the window), in body order."""
+    scope = await reports.usage_scope(conn, workspace_id, piece, day_keyed=True)
+    with reports.zone_known_to_database(piece):
+        cur = await conn.execute(_ROWS_SQL[(renamed, scope.rates.in_force)], scope.params())
+        return await cur.fetchall()
+
+
 async def prepare_focus(
     conn: psycopg.AsyncConnection[Any], workspace_id: int, account: Account, window: Window
 ) -> AsyncIterator[bytes]:
     """The FOCUS CSV as chunks; the first query runs before any byte is sent, so a bad
     zone is a clean 422. A workspace without a currency (no prices yet) exports the
-    header alone: every FOCUS row needs a BillingCurrency."""
+    header alone: every FOCUS row needs a BillingCurrency.
+
+    The rows are read a local day at a time (every row is one day's, and the body is in
+    day order), all in the report's one snapshot: the first bytes go once the first day
+    is summed, not the whole window (a month of 2,000 GPUs' hours took ~5 s before its
+    first byte), and the worker holds one day's rows at a time."""
     currency = await workspace_currency(conn, workspace_id)
     if currency is None:
         return _header_only()
-    scope = await reports.usage_scope(conn, workspace_id, window, day_keyed=True)
     periods = _Periods(window)
-    cur = conn.cursor(name="focus_rows")
-    with reports.zone_known_to_database(window):
-        statement = _ROWS_SQL[(await has_renames(conn, workspace_id), scope.rates.in_force)]
-        await cur.execute(statement, scope.params())
-        rows = await cur.fetchmany(FETCH_ROWS)
+    renamed = await has_renames(conn, workspace_id)
+    days = local_days(window)
+    first = next(days, None)
+    rows = await _day_rows(conn, workspace_id, renamed, first) if first else []
 
     async def chunks() -> AsyncIterator[bytes]:
         nonlocal rows
         yield (csv_cells(COLUMNS) + LINE_END).encode()
-        try:
-            while rows:
-                lines = [csv_cells(focus_row(account, currency, periods, r)) for r in rows]
+        while True:
+            for at in range(0, len(rows), FETCH_ROWS):
+                part = rows[at : at + FETCH_ROWS]
+                lines = [csv_cells(focus_row(account, currency, periods, r)) for r in part]
                 yield (LINE_END.join(lines) + LINE_END).encode()
-                rows = await cur.fetchmany(FETCH_ROWS)
-        finally:
-            await cur.close()
+            piece = next(days, None)
+            if piece is None:
+                return
+            rows = await _day_rows(conn, workspace_id, renamed, piece)
 
     return chunks()

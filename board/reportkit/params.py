@@ -120,6 +120,31 @@ class Window:
             day += timedelta(days=1)
         return tuple(found)
 
+    def hours_off_noon(
+        self, d0: datetime, d1: datetime, skipped: set[datetime], by_month: bool
+    ) -> tuple[tuple[datetime, datetime], ...]:
+        """The hours of the UTC days in [d0, d1), but the `skipped` ones, that start on
+        another local date (`by_month`: in another local month) than their day's noon
+        (12:00 UTC), as [lo, hi) ranges: where a day row standing at its noon would
+        count them on the wrong day (month)."""
+
+        def key(moment: datetime) -> tuple[int, ...]:
+            day = self.day_of(moment)
+            return (day.year, day.month) if by_month else (day.year, day.month, day.day)
+
+        found: list[tuple[datetime, datetime]] = []
+        day = d0
+        while day < d1:
+            noon = key(day + 12 * HOUR)
+            # A UTC day's hours fall on at most two local dates (months), in order: the
+            # hours before the noon's, or after it, are one run at an end of the day.
+            if day not in skipped and not key(day) == key(day + 23 * HOUR) == noon:
+                hours = [day + n * HOUR for n in range(24)]
+                off = [h for h in hours if key(h) != noon]
+                found.append((off[0], off[-1] + HOUR))
+            day += timedelta(days=1)
+        return tuple(found)
+
     def whole_utc_days(self, day_keyed: bool) -> tuple[datetime, datetime]:
         """[d0, d1): the whole UTC days inside the window that day rollups may serve.
 

@@ -16,6 +16,7 @@ import psycopg
 
 from board.pricing.cost import Pricing
 from board.pricing.energy import NO_RATES, EnergyRates, segment_sql
+from board.reportkit.params import HOUR
 from board.reports.energy import energy_sums_sql
 
 # The SQL behind each grouping column; `day` is the local date a bucket starts on,
@@ -67,10 +68,22 @@ _GPU_ENERGY = ("energy_covered_us", "active_energy_uws", "idle_held_energy_uws",
 _KEYED = ("gpu_id", "host_id", "linux_user")
 
 
-def rollup_rows(source: str, names: Sequence[str], day_table: str | None = None) -> str:
+# The rollup columns that are figures (sums), not keys: what a moved hour negates.
+_FIGURE_COLUMNS = frozenset(USER_COLUMNS + GPU_COLUMNS) - {*_KEYED, "t"}
+# Where a moved hour stands: itself (sign 1), and negated as part of its day row (the
+# UTC day's noon, where rollup_rows(moved=True) stands the day rows).
+_MOVED_AT = (
+    "CASE WHEN m.sign = 1 THEN hour_start "
+    "ELSE date_trunc('day', hour_start, 'UTC') + interval '12 hours' END"
+)
+
+
+def rollup_rows(
+    source: str, names: Sequence[str], day_table: str | None = None, moved: bool = False
+) -> str:
     """A window's rows of the `source` ("user" or "gpu") rollups as `r`: clean whole UTC
     days in [d0, d1) from the day table; everything else in the window (the hours around
-    them, and dirty days) from the hour table, as [lo, hi) ranges.
+    them, and dirty days) from the hour table.
 
     `names`: what each row carries: columns (`t`: the row's start), or expressions, where
     `{start}` stands for the start column (`day_start` or `hour_start`). PostgreSQL reads
@@ -78,24 +91,49 @@ def rollup_rows(source: str, names: Sequence[str], day_table: str | None = None)
     carries, in its order; otherwise each row takes one more pass (~15 % of a usage
     report, benchmarks.md, "Reports' unions"). Callers list what they read, as they read it.
     `day_table`: another table of the same day rows (user_day_totals, gpu_day_totals:
-    summed over GPUs, for rows that need no GPU or host)."""
+    summed over GPUs, for rows that need no GPU or host).
 
-    def branch(start: str) -> str:
+    `moved` (Scope.moved): a day row stands at its UTC day's noon (`t`), so it counts on
+    the local day (or month) of its noon; its hours that start on another one are read
+    again, once as themselves and once negated at the noon: the sums per local day are
+    exactly their hours' (for callers whose sums drop what nets to zero).
+
+    Hours are named one by one (Scope.params' `hours`, `moved`; rollups start on whole
+    UTC hours), so PostgreSQL knows how many rows they are. Joined to a list of [lo, hi)
+    ranges instead, it guessed each range at a ninth of every hour kept and read them
+    all: ~0.5 s at 200 GPUs for a month's two edge hours, growing with the history
+    (benchmarks.md, "2,000 GPUs x 400 days")."""
+
+    def branch(start: str, sign: str = "") -> str:
         return ", ".join(
-            f"{start} AS t" if n == "t" else n.replace("{start}", start) for n in names
+            f"{start} AS t"
+            if n == "t"
+            else f"{sign} * {n} AS {n}"
+            if sign and n in _FIGURE_COLUMNS
+            else n.replace("{start}", start)
+            for n in names
         )
 
+    day_start = "day_start + interval '12 hours'" if moved else "day_start"
+    moved_hours = (
+        f"""
+     UNION ALL
+     SELECT {branch(_MOVED_AT, "m.sign")}
+     FROM {source}_hour_rollups CROSS JOIN (VALUES (1), (-1)) AS m(sign)
+     WHERE workspace_id = %(ws)s AND hour_start = ANY(%(moved)s::timestamptz[])"""
+        if moved
+        else ""
+    )
     return f"""
-    (SELECT {branch("day_start")}
+    (SELECT {branch(day_start)}
      FROM {day_table or f"{source}_day_rollups"}
      WHERE workspace_id = %(ws)s AND day_start >= %(d0)s AND day_start < %(d1)s
        AND NOT day_start = ANY(%(dirty)s::timestamptz[])
      UNION ALL
      SELECT {branch("hour_start")}
      FROM {source}_hour_rollups
-     JOIN unnest(%(lo)s::timestamptz[], %(hi)s::timestamptz[]) AS rg(lo, hi)
-       ON hour_start >= rg.lo AND hour_start < rg.hi
-     WHERE workspace_id = %(ws)s) AS r
+     WHERE workspace_id = %(ws)s AND hour_start = ANY(%(hours)s::timestamptz[]){moved_hours}
+    ) AS r
 """
 
 
@@ -115,22 +153,25 @@ def _keyed(columns: Sequence[str]) -> list[str]:
     return found
 
 
-def gpu_source(columns: Sequence[str], figures: Sequence[str], rated: bool = False) -> str:
+def gpu_source(
+    columns: Sequence[str], figures: Sequence[str], rated: bool = False, moved: bool = False
+) -> str:
     """GPU rollup rows with what the key `columns` (select_columns' names) read, then
-    `figures`, then the start when `rated` (its electricity rate segment)."""
+    `figures`, then the start when `rated` (its electricity rate segment); `moved`:
+    rollup_rows'."""
     names = _keyed(columns)
     names += [f for f in figures if f not in names]
     if rated and "t" not in names:
         names.append("t")
     # Without a GPU or host key, a clean day's rows are the GPUs' totals (one a day).
     per_gpu = bool({"gpu_id", "host_id"} & set(names))
-    return rollup_rows("gpu", names, day_table=None if per_gpu else "gpu_day_totals")
+    return rollup_rows("gpu", names, None if per_gpu else "gpu_day_totals", moved)
 
 
-def gpu_energy_source(columns: Sequence[str], rated: bool) -> str:
+def gpu_energy_source(columns: Sequence[str], rated: bool, moved: bool = False) -> str:
     """gpu_source with covered time and the GPUs' energy, as energy_sums_sql "gpu" and a
     covered sum before it read them."""
-    return gpu_source(columns, ("covered_us", *_GPU_ENERGY), rated)
+    return gpu_source(columns, ("covered_us", *_GPU_ENERGY), rated, moved)
 
 
 # Each price holds from its start until the next start of its model; all the starts of a
@@ -163,12 +204,16 @@ _PRICE_SEGMENTS = """
     )"""
 
 
-def _energy_segment(rated: bool) -> str:
-    return segment_sql("r.t") if rated else "NULL::int"
+def _energy_segment(rated: bool, at: str) -> str:
+    return segment_sql(at) if rated else "NULL::int"
 
 
 def user_source(
-    columns: Sequence[str], pricing: Pricing, rated: bool = False, energy: bool = True
+    columns: Sequence[str],
+    pricing: Pricing,
+    rated: bool = False,
+    energy: bool = True,
+    moved: bool = False,
 ) -> str:
     """The per-user rows a usage report sums: user rollup rows with `team` and `cost_n` (the
     cost numerator, µs × price). Costed (costed_user_source) when a price is in force in
@@ -178,7 +223,7 @@ def user_source(
     Each row has its energy, and `e_seg`, its electricity rate segment, when `rated`
     (board.pricing.energy; energy_sums_sql sums them). Unpriced rows carry no `team`
     unless `columns` has it, and no energy when `energy` is False (a report that shows
-    the GPUs' energy, not the users')."""
+    the GPUs' energy, not the users'). `moved`: rollup_rows'."""
     if pricing.in_force:
         return costed_user_source(
             columns,
@@ -186,6 +231,7 @@ def user_source(
             teams="team" in columns,
             renamed=pricing.renamed,
             rated=rated,
+            moved=moved,
         )
     # In the order the usage sums read them (keys, times, cost, energy, rate segment).
     names = [*_keyed(columns), *_USER_TIMES, "NULL::numeric AS cost_n"]
@@ -195,7 +241,7 @@ def user_source(
             names.append(f"{segment_sql('{start}')} AS e_seg")
     # Without a GPU or host key, a clean day's rows are the users' totals over GPUs.
     per_gpu = bool({"gpu_id", "host_id"} & set(names))
-    rows = rollup_rows("user", names, day_table=None if per_gpu else "user_day_totals")
+    rows = rollup_rows("user", names, None if per_gpu else "user_day_totals", moved)
     if "team" not in columns:
         return rows
     return f"""
@@ -212,6 +258,7 @@ def costed_user_source(
     teams: bool = True,
     renamed: bool = False,
     rated: bool = False,
+    moved: bool = False,
 ) -> str:
     """User rollup rows with each Linux user's team (the directory as it is now), the GPU's
     model and the exact cost numerators, held and idle-held: µs × the price per GPU-hour
@@ -221,17 +268,20 @@ def costed_user_source(
     report's `columns` among gpu_id, host_id and day or month (as `t`, the local day's
     or month's first instant); the others are null. Summing before pricing keeps the
     price joins to a few rows, and is exact: within a segment a model's price does not change.
+    The rows are summed per start (`per_start`) before the local day or month and the
+    segments are found: a year's day rows are millions at 2,000 GPUs, their starts a few
+    hundred, and the zone's date_trunc per row took ~0.5 µs each.
 
     Usage reports leave out what they do not show (user_source): `teams` False, `team`
     is null (no directory join); `by_model` False, when only `*` prices are in force in
     the window, every row costs the `*` price and `gpu_model` is null (no join of each
     rollup row to its GPU). Energy is summed like time, and per electricity rate
-    segment too when `rated`."""
+    segment too when `rated`. `moved`: rollup_rows'."""
     gpu = "r.gpu_id" if "gpu_id" in columns else "NULL::bigint"
     host = "r.host_id" if "host_id" in columns else "NULL::bigint"
     time = "NULL::timestamptz"
     if "day" in columns or "month" in columns:
-        time = f"date_trunc('{'day' if 'day' in columns else 'month'}', r.t, %(tz)s)"
+        time = f"date_trunc('{'day' if 'day' in columns else 'month'}', p.t, %(tz)s)"
     # The model an hour was reported as: the GPU's name then (gpu_name_history, joined
     # only when a GPU of the workspace was ever `renamed`), else its name now.
     model = ("coalesce(n.name, g.name)" if renamed else "g.name") if by_model else "NULL::text"
@@ -251,7 +301,7 @@ def costed_user_source(
     needed |= {c for c in ("gpu_id", "host_id") if c in columns}
     if by_model:
         needed.add("gpu_id")
-    rows = rollup_rows("user", _wanted(USER_COLUMNS, needed))
+    rows = rollup_rows("user", _wanted(USER_COLUMNS, needed), moved=moved)
     directory = (
         "LEFT JOIN directory_entries d ON d.workspace_id = %(ws)s AND d.linux_user = u.linux_user"
         if teams
@@ -259,17 +309,26 @@ def costed_user_source(
     )
     return f"""
     (WITH {_PRICE_SEGMENTS},
-    summed AS (
-        SELECT {gpu} AS gpu_id, {host} AS host_id, r.linux_user, {time} AS t,
-               {model} AS gpu_model, width_bucket(r.t, (SELECT starts FROM bounds)) AS seg,
-               {_energy_segment(rated)} AS e_seg,
-               sum(r.held_us)::bigint AS held_us, sum(r.active_us)::bigint AS active_us,
-               sum(r.idle_held_us)::bigint AS idle_held_us,
-               sum(r.energy_held_us) AS energy_held_us,
+    per_start AS (
+        SELECT {gpu} AS gpu_id, {host} AS host_id, r.linux_user, r.t, {model} AS gpu_model,
+               sum(r.held_us) AS held_us, sum(r.active_us) AS active_us,
+               sum(r.idle_held_us) AS idle_held_us, sum(r.energy_held_us) AS energy_held_us,
                sum(r.active_energy_uws) AS active_energy_uws,
                sum(r.idle_held_energy_uws) AS idle_held_energy_uws
         FROM {rows}
         {models}
+        GROUP BY 1, 2, 3, 4, 5
+    ),
+    summed AS (
+        SELECT p.gpu_id, p.host_id, p.linux_user, {time} AS t, p.gpu_model,
+               width_bucket(p.t, (SELECT starts FROM bounds)) AS seg,
+               {_energy_segment(rated, "p.t")} AS e_seg,
+               sum(p.held_us)::bigint AS held_us, sum(p.active_us)::bigint AS active_us,
+               sum(p.idle_held_us)::bigint AS idle_held_us,
+               sum(p.energy_held_us) AS energy_held_us,
+               sum(p.active_energy_uws) AS active_energy_uws,
+               sum(p.idle_held_energy_uws) AS idle_held_energy_uws
+        FROM per_start p
         GROUP BY 1, 2, 3, 4, 5, 6, 7
     )
     SELECT u.gpu_id, u.host_id, u.linux_user, u.t, u.held_us, u.active_us, u.idle_held_us,
@@ -289,7 +348,10 @@ class Scope:
     """A workspace, the UTC-hour window [start, end), the zone days are cut in, the whole
     UTC days [d0, d1) that day rows may serve, and the days among them whose day rows are
     stale (dirty): read from their hours instead. `host_id` narrows the utilization rows
-    to one host (a host page)."""
+    to one host (a host page). `moved`: [lo, hi) ranges of the hours of clean whole days
+    that start on another local day (or month) than their day's noon, where the report
+    keys by local day or month: read again from their hours (rollup_rows' `moved`,
+    which a report's statements take when there are any)."""
 
     workspace_id: int
     start: datetime
@@ -299,6 +361,7 @@ class Scope:
     d1: datetime
     dirty: tuple[datetime, ...] = ()
     host_id: int | None = None
+    moved: tuple[tuple[datetime, datetime], ...] = ()
     # The electricity prices and carbon intensities of the window (usage reports).
     rates: EnergyRates = NO_RATES
 
@@ -326,8 +389,15 @@ class Scope:
             "lo": [r[0] for r in ranges],
             "hi": [r[1] for r in ranges],
             "host": self.host_id,
+            "hours": _hours(ranges),
+            "moved": _hours(self.moved),
             **self.rates.params(),
         }
+
+
+def _hours(ranges: Sequence[tuple[datetime, datetime]]) -> list[datetime]:
+    """Every whole hour of the [lo, hi) ranges (whole hours themselves)."""
+    return [lo + n * HOUR for lo, hi in ranges for n in range((hi - lo) // HOUR)]
 
 
 async def prepare(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -408,7 +478,7 @@ async def held_by(
         SELECT {select},
                sum(held_us)::bigint, sum(active_us)::bigint, sum(idle_held_us)::bigint,
                sum(cost_n){sums}
-        FROM {user_source(columns, pricing, rated and energy, energy)}
+        FROM {user_source(columns, pricing, rated and energy, energy, bool(scope.moved))}
         GROUP BY {group}
         HAVING sum(held_us) <> 0 OR sum(active_us) <> 0 OR sum(idle_held_us) <> 0
         """,
@@ -428,7 +498,7 @@ async def covered_by(
     cur = await conn.execute(
         f"""
         SELECT {select}, sum(covered_us)::bigint, {energy}
-        FROM {gpu_energy_source(columns, rated)}
+        FROM {gpu_energy_source(columns, rated, bool(scope.moved))}
         GROUP BY {group}
         HAVING sum(covered_us) <> 0
         """,

@@ -135,16 +135,30 @@ async def usage_scope(
     days: bool = True,
     rated: bool = True,
     month_keyed: bool = False,
+    move_hours: bool = False,
 ) -> repo.Scope:
     """`rated`: with the window's electricity prices and carbon intensities.
     `month_keyed`: the UTC days whose hours start in two local months are read from
-    their hours (a day row would give them all to one month), like dirty days."""
+    their hours (a day row would give them all to one month), like dirty days.
+    `move_hours`: a report keyed by local day or month whose sums drop the groups that
+    net to zero (the usage reports' HAVING): there, where local days are not UTC days,
+    the whole UTC days are read from their day rows all the same, and the hours that
+    start on another local day (or month) than their day's noon are moved
+    (repo.Scope.moved): ~1/24 of the rows per hour of offset, where every hour was read."""
     await repo.prepare(conn)
-    d0, d1 = window.whole_utc_days(day_keyed) if days else (window.start, window.start)
+    movable = move_hours and days and (day_keyed or month_keyed)
+    movable = movable and not window.days_are_utc_days()
+    day_rows = day_keyed and not movable
+    d0, d1 = window.whole_utc_days(day_rows) if days else (window.start, window.start)
     dirty = await repo.dirty_days(conn, workspace_id, d0, d1)
-    if month_keyed:
+    moved: tuple[tuple[datetime, datetime], ...] = ()
+    if movable:
+        moved = window.hours_off_noon(d0, d1, set(dirty), by_month=not day_keyed)
+    elif month_keyed:
         dirty = tuple(sorted({*dirty, *window.days_across_months(d0, d1)}))
-    scope = repo.Scope(workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty)
+    scope = repo.Scope(
+        workspace_id, window.start, window.end, window.tz_name, d0, d1, dirty, moved=moved
+    )
     if rated:
         scope = replace(scope, rates=await energy_rates(conn, workspace_id, window.end))
     return scope
@@ -271,7 +285,12 @@ async def usage_report(
     """GPU-hours held per Linux user, team, host, GPU, day or month (or a pair), split
     active/idle-held."""
     scope = await usage_scope(
-        conn, workspace_id, window, day_keyed="day" in keys, month_keyed="month" in keys
+        conn,
+        workspace_id,
+        window,
+        day_keyed="day" in keys,
+        month_keyed="month" in keys,
+        move_hours=True,
     )
     columns = unique([c for k in keys for c in KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)

@@ -169,10 +169,12 @@ def _usage_sql(
     with_covered: bool,
     pricing: Pricing,
     rated: bool,
+    moved: bool = False,
 ) -> str:
     """Per key: held, active and idle-held (and covered) microseconds, the cost
     numerator, the µs outside any job (keyed by user; else 0) and the energy sums (the
-    GPUs' with covered time, else the users'), in body order."""
+    GPUs' with covered time, else the users'), in body order. `moved`: the scope moves
+    hours (repository.rollup_rows)."""
     select, group = repo.select_columns(columns)
     order: list[str] = []
     joins: list[str] = []
@@ -198,12 +200,12 @@ def _usage_sql(
         select=select,
         group=group,
         user_source=repo.user_source(
-            columns, pricing, rated and not with_covered, energy=not with_covered
+            columns, pricing, rated and not with_covered, energy=not with_covered, moved=moved
         ),
         held_energy="" if with_covered else f", {energy}",
         covered_cte=_COVERED_CTE.format(
             select=select,
-            gpu_source=repo.gpu_energy_source(columns, rated),
+            gpu_source=repo.gpu_energy_source(columns, rated, moved),
             group=group,
             energy=energy,
         )
@@ -273,7 +275,12 @@ async def prepare_usage(
 ) -> Chunks:
     """The usage report's body (service.usage_report's JSON or CSV bytes) as chunks."""
     scope = await service.usage_scope(
-        conn, workspace_id, window, day_keyed="day" in keys, month_keyed="month" in keys
+        conn,
+        workspace_id,
+        window,
+        day_keyed="day" in keys,
+        month_keyed="month" in keys,
+        move_hours=True,
     )
     columns = service.unique([c for k in keys for c in service.KEY_COLUMNS[k]])
     with_covered = not {"user", "team"} & set(keys)
@@ -390,7 +397,9 @@ async def prepare_usage(
         sent = False
         # PostgreSQL sums every row before it sorts and sends the first one: that time
         # is spent with the head already sent, not before the first byte.
-        statement = _usage_sql(keys, columns, with_covered, pricing, scope.rates.in_force)
+        statement = _usage_sql(
+            keys, columns, with_covered, pricing, scope.rates.in_force, bool(scope.moved)
+        )
         async for rows in _batches(conn, statement, values):
             if text:
                 # CSV: no totals to keep, figures written from their integers.

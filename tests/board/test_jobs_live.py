@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from board.jobs.live import jobs_now
+from board.jobs.live import jobs_now, runs_in_force
 from board.runtime import Runtime
 from tests.board.builders import Tenant, enroll, make_tenant, push
 from tests.board.db import execute
@@ -236,3 +236,45 @@ async def test_the_card_line_and_the_job_page(app: Any, client: httpx.AsyncClien
     assert finance.status_code == 200
     assert ": bob" not in finance.text
     assert '<td data-label="Wasted" data-field="wasted">0.25</td>' in finance.text
+
+
+async def test_runs_in_force_at_the_bounds_of_during(app: Any, client: httpx.AsyncClient) -> None:
+    """runs_in_force finds the runs by the end of `during` (an index) as well as by
+    `during @> now`: the same runs as the containment alone, at every bound."""
+    acme = await make_tenant(app, "acme")
+    agent, host = await node(client, acme)
+    await observe(client, agent, start(), 1, *(card(i, "idle") for i in range(6)))
+    now = datetime.now(UTC).replace(microsecond=0)
+    tick = timedelta(microseconds=1)
+    # (GPU, during as its bounds): in force at `now` or not.
+    runs = {
+        0: ("[)", now - MINUTE, None),  # running: in force
+        1: ("[)", now - MINUTE, now),  # ended at now (exclusive): not
+        2: ("[)", now - MINUTE, now + tick),  # ends just after: in force
+        3: ("[]", now - MINUTE, now),  # an inclusive end at now: in force
+        4: ("[)", now + tick, None),  # starts after now: not
+        5: ("[)", now - 2 * MINUTE, now - MINUTE),  # ended before: not
+    }
+    for device, (bounds, lower, upper) in runs.items():
+        await add_job(app, host, [device], started=lower, job_id=f"48{device}")
+        await execute(
+            app,
+            "UPDATE job_gpus SET during = tstzrange(%s, %s, %s) WHERE device = %s AND host_id = %s",
+            lower,
+            upper,
+            bounds,
+            device,
+            await host_pk(app, host),
+        )
+    runtime: Runtime = app.state.runtime
+    async with runtime.pool.connection() as conn:
+        ws = await (await conn.execute("SELECT id FROM workspaces WHERE slug = 'acme'")).fetchone()
+        assert ws is not None
+        cur = await conn.execute(
+            "SELECT device FROM job_gpus WHERE workspace_id = %s AND during @> %s ORDER BY 1",
+            [ws[0], now],
+        )
+        contained = [r[0] for r in await cur.fetchall()]
+        found = await runs_in_force(conn, ws[0], [await host_pk(app, host)], now)
+    assert contained == [0, 2, 3]
+    assert sorted(found) == [(await host_pk(app, host), f"GPU-{d}") for d in contained]

@@ -76,6 +76,30 @@ async def test_sorting_presets_day_chart_and_csv_name(demo: Any, page: Any) -> N
     assert days == sorted(days)
     await screenshots(page, "usage")
 
+    # Per month (the form's "Month"): a row per local month with data (the demo's half
+    # hour: this one, and the one before just after a month began), the day chart kept.
+    await page.select_option("#u-group", "month")
+    await page.locator(".report-form button[type=submit]").click()
+    await page.wait_for_url(lambda url: "groupBy=month" in url)
+    await page.wait_for_selector("#usage-table tbody tr")
+    assert (await page.locator("#chart-title").inner_text()).strip() == "Held GPU-hours per month"
+    assert (await heads.nth(0).inner_text()).strip() == "Month"
+    months = [m.strip() for m in await column(page, 1)]
+    assert today.strftime("%Y-%m") in months
+    assert set(months) <= {
+        today.strftime("%Y-%m"),
+        (today.replace(day=1) - timedelta(1)).strftime("%Y-%m"),
+    }
+    assert await page.locator("#u-group").input_value() == "month"
+    month_days = await page.locator(".day-chart g[data-day]").evaluate_all(
+        "gs => gs.map(g => g.dataset.day)"
+    )
+    assert month_days == days
+    await screenshots(page, "usage-month")
+    await page.select_option("#u-group", "user")
+    await page.locator(".report-form button[type=submit]").click()
+    await page.wait_for_url(lambda url: "groupBy=user" in url)
+
     # "Last week": Monday to Monday in the workspace's zone, shown through its Sunday.
     href = await page.locator(".presets a", has_text="Last week").get_attribute("href")
     assert href is not None
