@@ -7,6 +7,10 @@ connection and fans what arrives out to its subscribers of that sample's workspa
 Each process also keeps the last few minutes in memory, so a page that opens shows
 the recent curve at once. Nothing of the stream is stored: it is for live graphs.
 
+A workspace's fleet view (board/stream/frames.py) is not sent sample by sample: while a
+process has viewers of it, a ticker frames what changed twice a second, once, and every
+viewer there gets the same bytes.
+
 The same connection carries other channels a process must hear (the agent-access
 seam's revocations, board/ingest/access.py: `listen_also`), and it proves itself alive
 once a second, so whoever trusts it for invalidations can tell when not to
@@ -32,6 +36,8 @@ from fastapi import Depends
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import HTTPConnection
+
+from board.stream.frames import TICK_SECONDS, FleetView, FleetViewer
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +134,8 @@ class StreamHub:
         self.stats: dict[str, int] = defaultdict(int)
         self._subscribers: dict[int, set[Subscription]] = defaultdict(set)
         self._recent: dict[int, dict[str, deque[Sample]]] = defaultdict(dict)
+        self._fleets: dict[int, FleetView] = {}
+        self._ticker: asyncio.Task[None] | None = None
         self._outbox: asyncio.Queue[Sample] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._listening = asyncio.Event()
@@ -184,6 +192,9 @@ class StreamHub:
         ]
 
     async def stop(self) -> None:
+        if self._ticker is not None:
+            self._tasks.append(self._ticker)
+            self._ticker = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -289,6 +300,9 @@ class StreamHub:
         self._expire(recent)
         for sub in self._subscribers.get(sample.workspace_id, ()):
             sub.offer(sample)
+        fleet = self._fleets.get(sample.workspace_id)
+        if fleet is not None:
+            fleet.touch(sample)
 
     def _expire(self, recent: deque[Sample]) -> None:
         horizon = time.monotonic() - self.keep_seconds
@@ -319,6 +333,52 @@ class StreamHub:
             self._subscribers[workspace_id].discard(sub)
             if not self._subscribers[workspace_id]:
                 del self._subscribers[workspace_id]
+
+    # -- the fleet's frames ------------------------------------------------------
+    @contextmanager
+    def subscribe_fleet(self, workspace_id: int) -> Iterator[FleetViewer]:
+        """A viewer of the workspace's fleet frames (its first frame: a keyframe)."""
+        view = self._fleets.get(workspace_id)
+        if view is None:
+            view = self._fleets[workspace_id] = FleetView(workspace_id, self.keep_seconds)
+            horizon = time.monotonic() - self.keep_seconds
+            for samples in self._recent.get(workspace_id, {}).values():
+                if samples and samples[-1].received >= horizon:
+                    view.touch(samples[-1])
+        viewer = FleetViewer()
+        view.viewers.add(viewer)
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._tick(), name="stream-fleet-ticker")
+        try:
+            yield viewer
+        finally:
+            view.viewers.discard(viewer)
+            if not view.viewers and self._fleets.get(workspace_id) is view:
+                del self._fleets[workspace_id]
+
+    def fleet_view(self, workspace_id: int) -> FleetView | None:
+        """The workspace's view while this process has viewers of it (for tests, metrics)."""
+        return self._fleets.get(workspace_id)
+
+    async def _tick(self) -> None:
+        """Frames every workspace with viewers each TICK_SECONDS; ends when none is left."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while self._fleets:
+            due += TICK_SECONDS
+            late = loop.time() - due
+            if late > TICK_SECONDS:
+                due += late  # a busy loop skips ticks rather than bunching them
+            else:
+                await asyncio.sleep(max(0.0, -late))
+            now = time.time()
+            for view in list(self._fleets.values()):
+                try:
+                    view.tick(now)
+                except Exception:
+                    log.exception("stream: framing workspace %d failed", view.workspace_id)
+                    self.stats["frame_failures"] += 1
+            self.stats["ticks"] += 1
 
 
 async def stream_hub(connection: HTTPConnection) -> StreamHub:

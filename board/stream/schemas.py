@@ -1,5 +1,6 @@
 """The stream's JSON for people (`GET …/stream/latest`; the SSE `util` events carry the
-same sample fields, built on the hot path by hub.Sample.event).
+same sample fields, built on the hot path by hub.Sample.event), and the fleet stream's
+frames (built on the hot path by frames.FleetView; these models only declare them).
 
 The field order here is the wire order (board.readmodels)."""
 
@@ -46,6 +47,30 @@ class StreamLatest(ReadModel):
     hosts: list[LatestSample]
 
 
+class FleetHello(ReadModel):
+    """The data of the fleet stream's first event, `hello`."""
+
+    tick_seconds: float  # how often a frame is built
+    keep_seconds: int | float  # how long a quiet host stays in the host table
+
+
+# [index, hostId, [GPU UUID, …]]: a host's place in the table, and its GPUs in order.
+FleetHostEntry = tuple[int, str, list[str]]
+# [index, ageMs, [utilPct, …], [memoryUsedMb, …]]: the host's newest sample, its GPUs in
+# the table's order; the sample's time (the agent's clock) is t - ageMs / 1000.
+FleetRow = tuple[int, int, list[int], list[int]]
+
+
+class FleetFrame(ReadModel):
+    """The data of a `frame` event: a keyframe (the whole table) or what changed."""
+
+    seq: int  # the tick's number in this process; a gap means nothing changed
+    key: bool  # a keyframe: `hosts` is the whole table, replacing the one before
+    t: float  # when the frame was built (the board's clock, epoch seconds)
+    hosts: list[FleetHostEntry]  # a keyframe: every host; else new or changed ones
+    rows: list[FleetRow]  # a keyframe: every host; else hosts with a new sample
+
+
 def _event(name: str, data: type[ReadModel], description: str) -> dict[str, Any]:
     schema = data.model_json_schema(
         mode="serialization", ref_template="#/components/schemas/{model}"
@@ -63,6 +88,19 @@ def _event(name: str, data: type[ReadModel], description: str) -> dict[str, Any]
                 "contentSchema": schema,
             },
         },
+    }
+
+
+def fleet_stream_schema() -> dict[str, Any]:
+    """The OpenAPI media type of the fleet stream: `hello`, then a `frame` per tick in
+    which something changed (the first a keyframe); `: keepalive` every 15 s when idle."""
+    return {
+        "itemSchema": {
+            "oneOf": [
+                _event("hello", FleetHello, "First: the tick, how long quiet hosts stay."),
+                _event("frame", FleetFrame, "The fleet's newest samples (or what changed)."),
+            ]
+        }
     }
 
 
