@@ -195,11 +195,15 @@ async def test_frames_carry_this_workspaces_hosts_only(
         assert set(stranger.model.hosts) == {theirs["hostId"]}
         # Nothing of acme in any frame the other workspace got, nor the reverse.
         await asyncio.sleep(0.6)
-        assert stranger.raws and mine.raws
+        assert stranger.raws
+        assert mine.raws
         for raw in stranger.raws:
-            assert one["hostId"] not in raw and two["hostId"] not in raw and "GPU-0" not in raw
+            assert one["hostId"] not in raw
+            assert two["hostId"] not in raw
+            assert "GPU-0" not in raw
         for raw in mine.raws:
-            assert theirs["hostId"] not in raw and "GPU-Z" not in raw
+            assert theirs["hostId"] not in raw
+            assert "GPU-Z" not in raw
 
 
 async def test_a_new_viewer_starts_from_a_keyframe_and_viewers_share_the_bytes(
@@ -278,7 +282,8 @@ def test_a_view_frames_what_changed_and_keeps_the_table() -> None:
         view.tick(now=1000.0 + view.seq)
         frame = viewer.pending
         assert frame is not None
-        assert frame.startswith(b"event: frame\ndata: ") and frame.endswith(b"\n\n")
+        assert frame.startswith(b"event: frame\ndata: ")
+        assert frame.endswith(b"\n\n")
         viewer.pending = None
         data: dict[str, Any] = json.loads(frame.split(b"data: ", 1)[1])
         model.apply(data)
@@ -355,7 +360,8 @@ async def test_an_open_fleet_stream_ends_when_its_token_or_membership_does(
     hub: StreamHub = app.state.runtime.stream
     try:
         hello = await stream.next_event(30)
-        assert hello is not None and hello.startswith(b"event: hello"), hello
+        assert hello is not None
+        assert hello.startswith(b"event: hello"), hello
         if ending == "token revoked":
             r = await client.delete(
                 f"/api/v1/me/api-tokens/{prefix}", headers={"Authorization": f"Bearer {token}"}
