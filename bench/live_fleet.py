@@ -198,7 +198,7 @@ async def _agents(control: Connection, base: str, tokens: list[str]) -> None:
 @dataclass
 class Viewer:
     measured: bool
-    bytes: int = 0
+    received: int = 0  # bytes
     frames: int = 0
     keyframes: int = 0
     error: str = ""
@@ -266,7 +266,7 @@ async def _read(
                     return
                 chunk = (await reader.readexactly(size + 2))[:-2]
             arrived = time.time()
-            viewer.bytes += size
+            viewer.received += size
             pending += chunk
             while b"\n\n" in pending:
                 event, pending = pending.split(b"\n\n", 1)
@@ -318,7 +318,7 @@ async def _viewers(
     control.send(
         (
             "done",
-            [(v.measured, v.bytes, v.frames, v.keyframes, v.error) for v in viewers],
+            [(v.measured, v.received, v.frames, v.keyframes, v.error) for v in viewers],
             [v.shown for v in viewers if v.measured],
             usage.ru_utime + usage.ru_stime,
         )
