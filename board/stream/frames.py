@@ -27,10 +27,9 @@ import asyncio
 import json
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from board.stream.hub import Sample
+from board.stream.samples import Sample
 
 # A sample waits at most one tick before it is framed: half a second keeps the time from
 # the agent to the page under a second with the rest of the way (about 0.1 s) included.

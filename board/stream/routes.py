@@ -19,8 +19,9 @@ from board.errors import DomainError, Unauthorized, Unprocessable
 from board.hosts.service import get_host_row
 from board.ingest.access import AgentAccess, AgentHost, HostWatch
 from board.ingest.deps import AccessDep
-from board.stream.hub import HubDep, Sample
+from board.stream.hub import HubDep
 from board.stream.messages import parse_util
+from board.stream.samples import Sample
 from board.stream.schemas import (
     LatestSample,
     StreamLatest,
@@ -221,14 +222,12 @@ async def fleet_stream(
 @api_router.get("/latest", summary="Each host's newest live sample")
 async def latest(ctx: MemberDep, hub: HubDep) -> StreamLatest:
     """Which hosts streamed lately and their newest sample (else: use the snapshots)."""
-    newest: dict[str, Sample] = {}
-    for sample in hub.recent(ctx.workspace_id):
-        newest[sample.host_id] = sample
+    newest = hub.newest(ctx.workspace_id)
     now = time.monotonic()
     return StreamLatest(
         keep_seconds=hub.keep_seconds,
         hosts=[
             LatestSample.model_validate({**s.event(), "secondsAgo": round(now - s.received, 3)})
-            for s in newest.values()
+            for s in newest
         ],
     )

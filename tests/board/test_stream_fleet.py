@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from board.stream.frames import KEYFRAME_TICKS, FleetView, FleetViewer
-from board.stream.hub import Sample, StreamHub
+from board.stream.hub import StreamHub
+from board.stream.samples import Sample
 from tests.board.answers import refused
 from tests.board.builders import enroll, make_tenant
 from tests.board.db import scalar
