@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from board.stream.frames import KEYFRAME_TICKS, FleetView, FleetViewer
+from board.stream.frames import CATCH_UP_TICKS, KEYFRAME_TICKS, FleetView, FleetViewer
 from board.stream.hub import StreamHub
 from board.stream.samples import Sample
 from tests.board.answers import refused
@@ -255,20 +255,42 @@ async def test_each_tick_is_encoded_once_for_every_viewer(app: Any) -> None:
 async def test_a_slow_viewer_holds_one_frame_and_skips_to_the_newest(app: Any) -> None:
     hub: StreamHub = app.state.runtime.stream
     with hub.subscribe_fleet(9) as slow:
-        await asyncio.wait_for(slow.get(), 10)  # the first keyframe, then it stops reading
+        first = await asyncio.wait_for(slow.get(), 10)  # a keyframe, then it stops reading
+        assert b'"key":true' in first
         for n in range(8):
             for h in range(50):
                 hub.deliver(Sample(9, f"host-{h}", time.time(), (("G0", n, n), ("G1", n, n))))
             await asyncio.sleep(0.6)  # more than a tick: the frame is not taken in time
         # It never had more than one frame waiting (the board holds no backlog for it),
-        # and what waits is a keyframe of the newest state.
+        # and what waits takes it from the frame it last took to the newest state.
         assert slow.lagged > 0
         frame = await asyncio.wait_for(slow.get(), 10)
         assert slow.pending is None
-        data = json.loads(frame.split(b"data: ", 1)[1])
-        assert data["key"] is True
-        assert len(data["rows"]) == 50
-        assert {tuple(r[2]) for r in data["rows"]} == {(7, 7)}
+    data = json.loads(frame.split(b"data: ", 1)[1])
+    model = FleetModel()
+    model.apply(json.loads(first.split(b"data: ", 1)[1]))
+    model.apply(data)
+    assert data["key"] is False  # a catch-up: the hosts' table without what it already had
+    assert len(model.hosts) == 50
+    assert {tuple(h.utils) for h in model.hosts.values()} == {(7, 7)}
+
+
+def _taker(view: FleetView, viewer: FleetViewer, model: FleetModel) -> Any:
+    """Ticks the view; the viewer takes its frame (as the SSE loop does), applied."""
+
+    def tick() -> dict[str, Any]:
+        view.tick(now=1000.0 + view.seq)
+        assert viewer.pending is not None
+        frame = viewer.pending
+        viewer.pending = None
+        viewer.taken_seq = viewer.pending_seq
+        assert frame.startswith(b"event: frame\ndata: ")
+        assert frame.endswith(b"\n\n")
+        data: dict[str, Any] = json.loads(frame.split(b"data: ", 1)[1])
+        model.apply(data)
+        return data
+
+    return tick
 
 
 def test_a_view_frames_what_changed_and_keeps_the_table() -> None:
@@ -278,17 +300,7 @@ def test_a_view_frames_what_changed_and_keeps_the_table() -> None:
     viewer = FleetViewer()
     view.viewers.add(viewer)
     model = FleetModel()
-
-    def tick() -> dict[str, Any]:
-        view.tick(now=1000.0 + view.seq)
-        frame = viewer.pending
-        assert frame is not None
-        assert frame.startswith(b"event: frame\ndata: ")
-        assert frame.endswith(b"\n\n")
-        viewer.pending = None
-        data: dict[str, Any] = json.loads(frame.split(b"data: ", 1)[1])
-        model.apply(data)
-        return data
+    tick = _taker(view, viewer, model)
 
     view.touch(Sample(1, "a", 999.5, (("A0", 10, 100), ("A1", 20, 200))))
     key = tick()
@@ -312,14 +324,73 @@ def test_a_view_frames_what_changed_and_keeps_the_table() -> None:
     assert joined["hosts"] == [[1, "b", ["B0", "B1"]]]
     assert model.hosts["b"].utils == [3, 5]
     assert model.hosts["a"].utils == [11, 21]
-    # Every KEYFRAME_TICKS ticks everyone gets a keyframe, whatever changed.
+    # A host quiet for longer than the kept window leaves the table at the next check
+    # (every KEYFRAME_TICKS ticks): the table is numbered afresh, everyone gets a keyframe.
+    quiet = Sample(1, "c", 1003.0, (("C0", 9, 9),), received=time.monotonic() - 301)
+    view.touch(quiet)
+    assert tick()["hosts"] == [[2, "c", ["C0"]]]
+    frames = []
     for _ in range(KEYFRAME_TICKS):
         view.touch(Sample(1, "a", 2000.0 + view.seq, (("A0", 1, 1), ("A1", 2, 2))))
-        if tick()["key"]:
+        frames.append(tick())
+        if frames[-1]["key"]:
             break
-    else:
-        raise AssertionError(f"no keyframe in {KEYFRAME_TICKS} ticks")
+    assert [f["key"] for f in frames].count(True) == 1
     assert set(model.hosts) == {"a", "b"}
+    assert frames[-1]["hosts"] == [[0, "a", ["A0", "A1"]], [1, "b", ["B0", "B1"]]]
+    # With no host gone quiet, the check sends no keyframe.
+    for _ in range(KEYFRAME_TICKS):
+        view.touch(Sample(1, "a", 3000.0 + view.seq, (("A0", 1, 1), ("A1", 2, 2))))
+        assert tick()["key"] is False
+
+
+def test_a_lagging_viewer_is_caught_up_by_one_frame_shared_with_its_like() -> None:
+    view = FleetView(1, horizon=300)
+    prompt, slow, slower, late = FleetViewer(), FleetViewer(), FleetViewer(), FleetViewer()
+    view.viewers.update((prompt, slow, slower))
+    models = {v: FleetModel() for v in (prompt, slow, slower, late)}
+
+    def take(viewer: FleetViewer) -> dict[str, Any]:
+        frame = viewer.pending
+        assert frame is not None
+        viewer.pending = None
+        viewer.taken_seq = viewer.pending_seq
+        data: dict[str, Any] = json.loads(frame.split(b"data: ", 1)[1])
+        models[viewer].apply(data)
+        return data
+
+    def sample(host: str, n: int) -> Sample:
+        return Sample(1, host, 1000.0 + n, (("G", n % 100, n),))
+
+    view.touch(sample("a", 0))
+    view.tick(1000.0)
+    for viewer in (prompt, slow, slower):
+        assert take(viewer)["key"] is True
+    for n in range(1, 4):  # three ticks; slow and slower take nothing
+        view.touch(sample("a", n))
+        if n == 2:
+            view.touch(sample("b", n))  # new to the table meanwhile
+        view.tick(1000.0 + n)
+        take(prompt)
+    assert (slow.lagged, slower.lagged) == (2, 2)
+    assert slow.pending is slower.pending  # one catch-up for both: encoded once
+    caught = take(slow)
+    assert caught["key"] is False
+    assert caught["hosts"] == [[1, "b", ["G"]]]
+    assert models[slow].hosts["a"].utils == [3]
+    assert models[slow].hosts["b"].utils == [2]
+    # Too far behind to catch up from the ticks kept: a keyframe.
+    view.viewers.add(late)
+    for n in range(4, 4 + CATCH_UP_TICKS + 1):
+        view.touch(sample("a", n))
+        view.tick(1000.0 + n)
+        take(prompt)
+    assert take(slower)["key"] is True
+    assert take(slow)["key"] is True
+    assert take(late)["key"] is True  # joined: a keyframe, whatever came before
+    newest = {h: (s.utils, s.ts) for h, s in models[prompt].hosts.items()}
+    for viewer in (slow, slower, late):
+        assert {h: (s.utils, s.ts) for h, s in models[viewer].hosts.items()} == newest
 
 
 async def test_who_may_watch_the_fleet(app: Any, client: httpx.AsyncClient) -> None:
@@ -424,8 +495,9 @@ async def test_a_client_that_stops_reading_costs_one_frame(app: Any, served: str
                 gpus = tuple((u, n % 101, n) for u in uuids)
                 hub.deliver(Sample(workspace_id, f"host-{h:03d}", time.time(), gpus))
             await asyncio.sleep(0.25)
+        # One frame waits for it, whatever came since: the newest catch-up (or keyframe).
         assert isinstance(viewer.pending, bytes)
-        assert b'"key":true' in viewer.pending
+        assert viewer.pending.count(b"event: frame") == 1
     finally:
         sock.close()
     # Hung up: its view goes once the board notices (its next write fails).
