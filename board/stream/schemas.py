@@ -6,7 +6,9 @@ The field order here is the wire order (board.readmodels)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import WithJsonSchema
 
 from board.readmodels import ReadModel
 
@@ -54,11 +56,33 @@ class FleetHello(ReadModel):
     keep_seconds: int | float  # how long a quiet host stays in the host table
 
 
-# [index, hostId, [GPU UUID, …]]: a host's place in the table, and its GPUs in order.
-FleetHostEntry = tuple[int, str, list[str]]
-# [index, ageMs, [utilPct, …], [memoryUsedMb, …]]: the host's newest sample, its GPUs in
-# the table's order; the sample's time (the agent's clock) is t - ageMs / 1000.
-FleetRow = tuple[int, int, list[int], list[int]]
+# Declared as plain arrays with their shape in words: a tuple's `prefixItems` is valid
+# JSON Schema 2020-12, but tools that read OpenAPI (schemathesis among them) still refuse
+# it inside an event's `contentSchema`.
+FleetHostEntry = Annotated[
+    tuple[int, str, list[str]],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 3,
+            "maxItems": 3,
+            "description": "[index, hostId, [GPU UUID, …]]: a host's place in the table "
+            "and its GPUs, in the order of its rows' figures.",
+        }
+    ),
+]
+FleetRow = Annotated[
+    tuple[int, int, list[int], list[int]],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 4,
+            "maxItems": 4,
+            "description": "[index, ageMs, [utilPct, …], [memoryUsedMb, …]]: the host's "
+            "newest sample; the agent's sample time is t - ageMs / 1000.",
+        }
+    ),
+]
 
 
 class FleetFrame(ReadModel):

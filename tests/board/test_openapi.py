@@ -140,7 +140,8 @@ async def test_the_fleet_stream_declares_its_frames(app, client) -> None:
     frame = events[1]["properties"]["data"]["contentSchema"]
     assert list(frame["properties"]) == ["seq", "key", "t", "hosts", "rows"]
     row = frame["properties"]["rows"]["items"]
-    assert [item["type"] for item in row["prefixItems"]] == ["integer", "integer", "array", "array"]
+    assert (row["type"], row["minItems"], row["maxItems"]) == ("array", 4, 4)
+    assert row["description"].startswith("[index, ageMs, [utilPct, …], [memoryUsedMb, …]]")
 
 
 async def test_a_405_allows_every_method_of_the_resource(app, client) -> None:
