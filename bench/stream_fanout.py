@@ -23,7 +23,8 @@ from psycopg_pool import AsyncConnectionPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import scratch_database  # noqa: E402
-from board.stream.hub import Sample, StreamHub  # noqa: E402
+from board.stream.hub import StreamHub  # noqa: E402
+from board.stream.samples import Sample  # noqa: E402
 
 GPUS = tuple((f"GPU-{i:08x}-0000-0000-0000-000000000000", 87, 40960) for i in range(8))
 

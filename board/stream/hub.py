@@ -7,6 +7,10 @@ connection and fans what arrives out to its subscribers of that sample's workspa
 Each process also keeps the last few minutes in memory, so a page that opens shows
 the recent curve at once. Nothing of the stream is stored: it is for live graphs.
 
+A workspace's fleet view (board/stream/frames.py) is not sent sample by sample: while a
+process has viewers of it, a ticker frames what changed twice a second, once, and every
+viewer there gets the same bytes.
+
 The same connection carries other channels a process must hear (the agent-access
 seam's revocations, board/ingest/access.py: `listen_also`), and it proves itself alive
 once a second, so whoever trusts it for invalidations can tell when not to
@@ -16,15 +20,11 @@ once a second, so whoever trusts it for invalidations can tell when not to
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import psycopg
@@ -33,72 +33,18 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import HTTPConnection
 
+from board.stream.frames import TICK_SECONDS, FleetView, FleetViewer
+from board.stream.samples import HostHistory, Sample
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "gua_stream"
-# PostgreSQL refuses NOTIFY payloads of 8000 bytes or more; stay clear of it.
-MAX_PAYLOAD = 7900
 SUBSCRIBER_QUEUE = 1000
 PUBLISH_QUEUE = 10_000
 # A listener that hears nothing for this long asks its connection for a `SELECT 1`: a
 # connection that died without an error would otherwise look like a quiet one.
 PROBE_SECONDS = 1.0
 PROBE_TIMEOUT_SECONDS = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One utilization message of one host, as the board passes it around."""
-
-    workspace_id: int
-    host_id: str  # the public hostId
-    ts: float  # the agent's clock, epoch seconds
-    gpus: tuple[tuple[str, int, int], ...]  # (uuid, utilPct, memoryUsedMb)
-    dropped: int = 0  # bad messages dropped on this host's connection so far
-    received: float = field(default_factory=time.monotonic, compare=False)
-
-    def event(self) -> dict[str, Any]:
-        """The JSON a browser gets."""
-        return {
-            "hostId": self.host_id,
-            "ts": self.ts,
-            "at": datetime.fromtimestamp(self.ts, UTC).isoformat(),
-            "gpus": [{"uuid": u, "utilPct": p, "memoryUsedMb": m} for u, p, m in self.gpus],
-            "dropped": self.dropped,
-        }
-
-    def payloads(self) -> list[str]:
-        """NOTIFY payloads: one, or the GPUs split over several when they would not fit."""
-        chunks = [list(self.gpus)]
-        while True:
-            out = [
-                json.dumps(
-                    {
-                        "w": self.workspace_id,
-                        "h": self.host_id,
-                        "t": self.ts,
-                        "g": chunk,
-                        "d": self.dropped,
-                    },
-                    separators=(",", ":"),
-                )
-                for chunk in chunks
-            ]
-            if all(len(p.encode()) <= MAX_PAYLOAD for p in out) or max(map(len, chunks)) <= 1:
-                return [p for p in out if len(p.encode()) <= MAX_PAYLOAD]
-            chunks = [half for c in chunks for half in (c[: len(c) // 2], c[len(c) // 2 :]) if half]
-
-    @classmethod
-    def from_payload(cls, payload: str) -> Sample | None:
-        try:
-            data = json.loads(payload)
-            gpus = tuple((str(u), int(p), int(m)) for u, p, m in data["g"])
-            ts = float(data["t"])
-            if not math.isfinite(ts):
-                return None
-            return cls(int(data["w"]), str(data["h"]), ts, gpus, int(data.get("d", 0)))
-        except (ValueError, TypeError, KeyError):
-            return None
 
 
 class Subscription:
@@ -127,7 +73,9 @@ class StreamHub:
         self.keep_seconds = keep_seconds
         self.stats: dict[str, int] = defaultdict(int)
         self._subscribers: dict[int, set[Subscription]] = defaultdict(set)
-        self._recent: dict[int, dict[str, deque[Sample]]] = defaultdict(dict)
+        self._recent: dict[int, dict[str, HostHistory]] = defaultdict(dict)
+        self._fleets: dict[int, FleetView] = {}
+        self._ticker: asyncio.Task[None] | None = None
         self._outbox: asyncio.Queue[Sample] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._listening = asyncio.Event()
@@ -184,6 +132,9 @@ class StreamHub:
         ]
 
     async def stop(self) -> None:
+        if self._ticker is not None:
+            self._tasks.append(self._ticker)
+            self._ticker = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -281,33 +232,42 @@ class StreamHub:
         """A sample arrived (from any process): remember it, hand it to subscribers."""
         self.stats["delivered"] += 1
         hosts = self._recent[sample.workspace_id]
-        recent = hosts.get(sample.host_id)
-        if recent is None:
+        history = hosts.get(sample.host_id)
+        if history is None:
             # Bounded by count too, whatever a misbehaving agent sends.
-            recent = hosts[sample.host_id] = deque(maxlen=int(self.keep_seconds * 5))
-        recent.append(sample)
-        self._expire(recent)
+            history = hosts[sample.host_id] = HostHistory(
+                sample.host_id, int(self.keep_seconds * 5)
+            )
+        history.append(sample)
+        history.expire(time.monotonic() - self.keep_seconds)
         for sub in self._subscribers.get(sample.workspace_id, ()):
             sub.offer(sample)
+        fleet = self._fleets.get(sample.workspace_id)
+        if fleet is not None:
+            fleet.touch(sample)
 
-    def _expire(self, recent: deque[Sample]) -> None:
+    def _histories(self, workspace_id: int) -> Iterator[HostHistory]:
+        """The workspace's hosts that streamed within the kept window (others forgotten)."""
+        hosts = self._recent.get(workspace_id, {})
         horizon = time.monotonic() - self.keep_seconds
-        while recent and recent[0].received < horizon:
-            recent.popleft()
+        for key, history in list(hosts.items()):
+            history.expire(horizon)
+            if not len(history):
+                del hosts[key]
+                continue
+            yield history
 
     def recent(self, workspace_id: int, host_id: str | None = None) -> list[Sample]:
         """The kept samples of a workspace (or one of its hosts), oldest first per host."""
-        hosts = self._recent.get(workspace_id, {})
         out: list[Sample] = []
-        for key, samples in list(hosts.items()):
-            if host_id is not None and key != host_id:
-                continue
-            self._expire(samples)
-            if not samples:
-                del hosts[key]
-                continue
-            out.extend(samples)
+        for history in self._histories(workspace_id):
+            if host_id is None or history.host_id == host_id:
+                out.extend(history.samples(workspace_id))
         return out
+
+    def newest(self, workspace_id: int) -> list[Sample]:
+        """Each host's newest kept sample."""
+        return [h.newest for h in self._histories(workspace_id) if h.newest is not None]
 
     @contextmanager
     def subscribe(self, workspace_id: int, host_id: str | None = None) -> Iterator[Subscription]:
@@ -319,6 +279,50 @@ class StreamHub:
             self._subscribers[workspace_id].discard(sub)
             if not self._subscribers[workspace_id]:
                 del self._subscribers[workspace_id]
+
+    # -- the fleet's frames ------------------------------------------------------
+    @contextmanager
+    def subscribe_fleet(self, workspace_id: int) -> Iterator[FleetViewer]:
+        """A viewer of the workspace's fleet frames (its first frame: a keyframe)."""
+        view = self._fleets.get(workspace_id)
+        if view is None:
+            view = self._fleets[workspace_id] = FleetView(workspace_id, self.keep_seconds)
+            for sample in self.newest(workspace_id):
+                view.touch(sample)
+        viewer = FleetViewer()
+        view.viewers.add(viewer)
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._tick(), name="stream-fleet-ticker")
+        try:
+            yield viewer
+        finally:
+            view.viewers.discard(viewer)
+            if not view.viewers and self._fleets.get(workspace_id) is view:
+                del self._fleets[workspace_id]
+
+    def fleet_view(self, workspace_id: int) -> FleetView | None:
+        """The workspace's view while this process has viewers of it (for tests, metrics)."""
+        return self._fleets.get(workspace_id)
+
+    async def _tick(self) -> None:
+        """Frames every workspace with viewers each TICK_SECONDS; ends when none is left."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while self._fleets:
+            due += TICK_SECONDS
+            late = loop.time() - due
+            if late > TICK_SECONDS:
+                due += late  # a busy loop skips ticks rather than bunching them
+            else:
+                await asyncio.sleep(max(0.0, -late))
+            now = time.time()
+            for view in list(self._fleets.values()):
+                try:
+                    view.tick(now)
+                except Exception:
+                    log.exception("stream: framing workspace %d failed", view.workspace_id)
+                    self.stats["frame_failures"] += 1
+            self.stats["ticks"] += 1
 
 
 async def stream_hub(connection: HTTPConnection) -> StreamHub:

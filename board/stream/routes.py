@@ -19,10 +19,16 @@ from board.errors import DomainError, Unauthorized, Unprocessable
 from board.hosts.service import get_host_row
 from board.ingest.access import AgentAccess, AgentHost, HostWatch
 from board.ingest.deps import AccessDep
-from board.stream.hub import HubDep, Sample
+from board.stream.hub import HubDep
 from board.stream.messages import parse_util
-from board.stream.schemas import LatestSample, StreamLatest, event_stream_schema
-from board.stream.sse import sse_response
+from board.stream.samples import Sample
+from board.stream.schemas import (
+    LatestSample,
+    StreamLatest,
+    event_stream_schema,
+    fleet_stream_schema,
+)
+from board.stream.sse import StillAllowed, fleet_sse_response, sse_response
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +175,16 @@ async def workspace_stream(
         await get_host_row(session, ctx.workspace_id, host_id)
     # A browser may listen for hours: the request's session ends (and gives its database
     # connection back) once this returns, before the first event is sent.
+    return sse_response(
+        hub, ctx.workspace_id, host_id, _token_still_allowed(ctx, sessions, authorization)
+    )
+
+
+def _token_still_allowed(
+    ctx: WorkspaceContext, sessions: SessionMakerDep, authorization: str | None
+) -> StillAllowed:
+    """The stream's token still names a member or admin of its workspace: the checks of
+    the request that opened it, made again (sse.while_allowed calls it)."""
 
     async def still_allowed() -> bool:
         async with sessions() as db:
@@ -178,20 +194,40 @@ async def workspace_stream(
                 return False
         return now.workspace_id == ctx.workspace_id and now.role in ("admin", "member")
 
-    return sse_response(hub, ctx.workspace_id, host_id, still_allowed)
+    return still_allowed
+
+
+@api_router.get(
+    "/fleet",
+    response_class=StreamingResponse,
+    summary="Live utilization of the whole fleet, framed (Server-Sent Events)",
+    responses={200: {"content": {"text/event-stream": fleet_stream_schema()}}},
+)
+async def fleet_stream(
+    ctx: MemberDep,
+    sessions: SessionMakerDep,
+    hub: HubDep,
+    authorization: ApiTokenHeader = None,
+) -> StreamingResponse:
+    """Every streaming host's newest sample, as one frame per tick (twice a second)
+    rather than one event per sample: `hello`, then a keyframe (the host table and every
+    host's newest sample), then what changed. Built once per tick for every viewer of the
+    workspace; a viewer that reads too slowly skips to the newest keyframe. It ends soon
+    after its token is revoked or expires, or its person is removed or made finance."""
+    return fleet_sse_response(
+        hub, ctx.workspace_id, _token_still_allowed(ctx, sessions, authorization)
+    )
 
 
 @api_router.get("/latest", summary="Each host's newest live sample")
 async def latest(ctx: MemberDep, hub: HubDep) -> StreamLatest:
     """Which hosts streamed lately and their newest sample (else: use the snapshots)."""
-    newest: dict[str, Sample] = {}
-    for sample in hub.recent(ctx.workspace_id):
-        newest[sample.host_id] = sample
+    newest = hub.newest(ctx.workspace_id)
     now = time.monotonic()
     return StreamLatest(
         keep_seconds=hub.keep_seconds,
         hosts=[
             LatestSample.model_validate({**s.event(), "secondsAgo": round(now - s.received, 3)})
-            for s in newest.values()
+            for s in newest
         ],
     )

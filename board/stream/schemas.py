@@ -1,11 +1,14 @@
 """The stream's JSON for people (`GET …/stream/latest`; the SSE `util` events carry the
-same sample fields, built on the hot path by hub.Sample.event).
+same sample fields, built on the hot path by hub.Sample.event), and the fleet stream's
+frames (built on the hot path by frames.FleetView; these models only declare them).
 
 The field order here is the wire order (board.readmodels)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import WithJsonSchema
 
 from board.readmodels import ReadModel
 
@@ -46,6 +49,52 @@ class StreamLatest(ReadModel):
     hosts: list[LatestSample]
 
 
+class FleetHello(ReadModel):
+    """The data of the fleet stream's first event, `hello`."""
+
+    tick_seconds: float  # how often a frame is built
+    keep_seconds: int | float  # how long a quiet host stays in the host table
+
+
+# Declared as plain arrays with their shape in words: a tuple's `prefixItems` is valid
+# JSON Schema 2020-12, but tools that read OpenAPI (schemathesis among them) still refuse
+# it inside an event's `contentSchema`.
+FleetHostEntry = Annotated[
+    tuple[int, str, list[str]],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 3,
+            "maxItems": 3,
+            "description": "[index, hostId, [GPU UUID, …]]: a host's place in the table "
+            "and its GPUs, in the order of its rows' figures.",
+        }
+    ),
+]
+FleetRow = Annotated[
+    tuple[int, int, list[int], list[int]],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 4,
+            "maxItems": 4,
+            "description": "[index, ageMs, [utilPct, …], [memoryUsedMb, …]]: the host's "
+            "newest sample; the agent's sample time is t - ageMs / 1000.",
+        }
+    ),
+]
+
+
+class FleetFrame(ReadModel):
+    """The data of a `frame` event: a keyframe (the whole table) or what changed."""
+
+    seq: int  # the tick's number in this process; a gap means nothing changed
+    key: bool  # a keyframe: `hosts` is the whole table, replacing the one before
+    t: float  # when the frame was built (the board's clock, epoch seconds)
+    hosts: list[FleetHostEntry]  # a keyframe: every host; else new or changed ones
+    rows: list[FleetRow]  # a keyframe: every host; else hosts with a new sample
+
+
 def _event(name: str, data: type[ReadModel], description: str) -> dict[str, Any]:
     schema = data.model_json_schema(
         mode="serialization", ref_template="#/components/schemas/{model}"
@@ -63,6 +112,19 @@ def _event(name: str, data: type[ReadModel], description: str) -> dict[str, Any]
                 "contentSchema": schema,
             },
         },
+    }
+
+
+def fleet_stream_schema() -> dict[str, Any]:
+    """The OpenAPI media type of the fleet stream: `hello`, then a `frame` per tick in
+    which something changed (the first a keyframe); `: keepalive` every 15 s when idle."""
+    return {
+        "itemSchema": {
+            "oneOf": [
+                _event("hello", FleetHello, "First: the tick, how long quiet hosts stay."),
+                _event("frame", FleetFrame, "The fleet's newest samples (or what changed)."),
+            ]
+        }
     }
 
 

@@ -1,5 +1,6 @@
 """A workspace's live stream as Server-Sent Events: what the process kept, then live
-samples. The REST stream and the host page (cookie sign-in) both answer with it."""
+samples; and its fleet's frames (board/stream/frames.py). The REST streams and the pages
+(cookie sign-in) answer with them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 
 from board.errors import as_unavailable
+from board.stream.frames import TICK_SECONDS
 from board.stream.hub import StreamHub
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,22 @@ async def sse_events(
             if sample.ts <= replayed.get(sample.host_id, float("-inf")):
                 continue  # already sent from the kept history
             yield _sse("util", sample.event())
+
+
+async def fleet_sse_events(hub: StreamHub, workspace_id: int) -> AsyncIterator[str | bytes]:
+    """A workspace's fleet as SSE: `hello`, then a frame per tick, the first a keyframe.
+
+    Each frame is the bytes the process built once for every viewer of the workspace."""
+    with hub.subscribe_fleet(workspace_id) as viewer:
+        yield _sse("hello", {"tickSeconds": TICK_SECONDS, "keepSeconds": hub.keep_seconds})
+        while True:
+            try:
+                async with asyncio.timeout(KEEPALIVE_SECONDS):
+                    frame = await viewer.get()
+            except TimeoutError:
+                yield ": keepalive\n\n"
+                continue
+            yield frame
 
 
 async def while_allowed(
@@ -91,7 +109,19 @@ def sse_response(
 ) -> StreamingResponse:
     """The response any authenticated page can return (the web pages reuse it), checked
     again while it runs with `still_allowed` when given."""
-    events: AsyncIterable[str | bytes | memoryview] = sse_events(hub, workspace_id, host_id)
+    return _respond(sse_events(hub, workspace_id, host_id), still_allowed)
+
+
+def fleet_sse_response(
+    hub: StreamHub, workspace_id: int, still_allowed: StillAllowed
+) -> StreamingResponse:
+    """The fleet's frames as a response, checked again while it runs (as sse_response)."""
+    return _respond(fleet_sse_events(hub, workspace_id), still_allowed)
+
+
+def _respond(
+    events: AsyncIterable[str | bytes | memoryview], still_allowed: StillAllowed | None
+) -> StreamingResponse:
     if still_allowed is not None:
         events = while_allowed(events, still_allowed)
     return StreamingResponse(

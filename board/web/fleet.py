@@ -33,7 +33,7 @@ SORTS = {
     "util": "Utilization",
     "memory": "Memory used",
 }
-VIEWS = {"cards": "Cards", "rows": "Rows", "map": "Heat-map"}
+VIEWS = {"cards": "Cards", "rows": "Rows", "map": "Heat-map", "live": "Live heat-map"}
 # Above this many GPUs the page opens in the dense view unless the URL names one.
 CARDS_UP_TO = 48
 OFFENDERS = 5
@@ -131,6 +131,13 @@ class Fleet:
     counts: dict[str, int] = field(default_factory=dict)
     offenders: list[Card] = field(default_factory=list)
     groups: list[CardGroup] = field(default_factory=list)
+
+    def live_hosts(self) -> list[tuple[str, str, list[str], list[int]]]:
+        """The live heat-map's hosts (fleet_live.js draws them): id, name, GPUs by index."""
+        return [
+            (h.host_id, h.host.display_name, [c.uuid for c in h.cards], [c.index for c in h.cards])
+            for h in self.hosts
+        ]
 
     def fingerprint(self) -> list[Any]:
         """Everything the fleet fragments draw, as plain values: equal fingerprints render

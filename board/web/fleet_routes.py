@@ -27,7 +27,7 @@ from board.reportkit.params import day_now, parse_window, parse_zone
 from board.reports import service as reports
 from board.reservations.timeline import host_timeline
 from board.runtime import Runtime, RuntimeDep
-from board.stream.sse import sse_response
+from board.stream.sse import StillAllowed, fleet_sse_response, sse_response
 from board.web.deps import MemberPageDep, Page, PageDep
 from board.web.find_gpus import FindForm
 from board.web.fleet import (
@@ -332,9 +332,26 @@ async def host_stream(
     host = await hosts.get_host_row(db, page.ctx.workspace_id, host_id)
     # A page may listen for hours: the request's session ends (and gives its database
     # connection back) once this returns, before the first event is sent.
+    allowed = _page_still_allowed(page, runtime)
+    response = sse_response(runtime.stream, page.ctx.workspace_id, str(host.public_id), allowed)
+    return finish(request, response)
+
+
+@router.get("/fleet/stream")
+async def fleet_stream(request: Request, page: MemberPageDep, runtime: RuntimeDep) -> Response:
+    """The fleet's live frames (board/stream/frames.py) for the fleet page's live view.
+
+    Members and admins only, as every live stream."""
+    response = fleet_sse_response(
+        runtime.stream, page.ctx.workspace_id, _page_still_allowed(page, runtime)
+    )
+    return finish(request, response)
+
+
+def _page_still_allowed(page: Page, runtime: Runtime) -> StillAllowed:
     secret = page.person.session.secret
     assert secret is not None  # a signed-in page has a session secret
-    allowed = partial(
+    return partial(
         _stream_still_allowed,
         runtime,
         secret,
@@ -342,8 +359,6 @@ async def host_stream(
         page.slug,
         page.ctx.client_address,
     )
-    response = sse_response(runtime.stream, page.ctx.workspace_id, str(host.public_id), allowed)
-    return finish(request, response)
 
 
 async def _stream_still_allowed(

@@ -132,6 +132,18 @@ async def test_the_stream_declares_its_events(app, client) -> None:
     assert {"hostId", "ts", "gpus"} <= set(sample["required"])
 
 
+async def test_the_fleet_stream_declares_its_frames(app, client) -> None:
+    paths = (await _schema(client))["paths"]
+    ok = paths["/api/v1/workspaces/{slug}/stream/fleet"]["get"]["responses"]["200"]
+    events = ok["content"]["text/event-stream"]["itemSchema"]["oneOf"]
+    assert [e["properties"]["event"]["const"] for e in events] == ["hello", "frame"]
+    frame = events[1]["properties"]["data"]["contentSchema"]
+    assert list(frame["properties"]) == ["seq", "key", "t", "hosts", "rows"]
+    row = frame["properties"]["rows"]["items"]
+    assert (row["type"], row["minItems"], row["maxItems"]) == ("array", 4, 4)
+    assert row["description"].startswith("[index, ageMs, [utilPct, …], [memoryUsedMb, …]]")
+
+
 async def test_a_405_allows_every_method_of_the_resource(app, client) -> None:
     tenant = await make_tenant(app, "acme")
     for path, allowed in (

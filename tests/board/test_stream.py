@@ -17,7 +17,8 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
-from board.stream.hub import Sample, StreamHub
+from board.stream.hub import StreamHub
+from board.stream.samples import Sample
 from tests.board.answers import refused
 from tests.board.builders import Tenant, enroll, make_tenant, spellings
 from tests.board.db import scalar
@@ -208,7 +209,7 @@ async def test_who_may_watch(app: Any, client: httpx.AsyncClient) -> None:
 
 
 def test_notify_payloads_fit() -> None:
-    from board.stream.hub import MAX_PAYLOAD, Sample
+    from board.stream.samples import MAX_PAYLOAD, Sample
 
     gpus = tuple((f"GPU-{i:0124d}", 100, 2**31 - 1) for i in range(64))  # longest allowed
     sample = Sample(1, "h" * 36, time.time(), gpus, 5)
@@ -217,6 +218,41 @@ def test_notify_payloads_fit() -> None:
     assert all(len(p.encode()) <= MAX_PAYLOAD for p in payloads)
     back = [Sample.from_payload(p) for p in payloads]
     assert sum(len(s.gpus) for s in back if s) == 64
+
+
+def test_kept_samples_come_back_as_they_arrived() -> None:
+    """The history a page that opens replays is kept packed (samples.HostHistory)."""
+    from board.stream.samples import HostHistory
+
+    history = HostHistory("h", most=5)
+    sent = [
+        Sample(1, "h", 100.0 + n, (("GPU-a", n, 2**31 - 1), ("GPU-b", 100, 0)), n, 50.0 + n)
+        for n in range(4)
+    ]
+    # New GPUs mid-way, then none at all.
+    sent.append(Sample(1, "h", 105.5, (("GPU-c", 7, 70),), 9, 55.0))
+    sent.append(Sample(1, "h", 106.0, (), 9, 56.0))
+    for sample in sent:
+        history.append(sample)
+    back = list(history.samples(1))
+    assert back == sent[1:]  # at most 5, the oldest gone
+    assert [s.received for s in back] == [s.received for s in sent[1:]]
+    assert history.newest is sent[-1]
+    history.expire(54.5)
+    assert [s.ts for s in history.samples(1)] == [105.5, 106.0]
+    history.expire(60.0)
+    assert len(history) == 0
+    assert history.newest is None
+
+
+def test_a_notified_sample_out_of_range_is_dropped() -> None:
+    """Only the board NOTIFYs the channel, but whoever holds the database's credentials
+    may: a figure the agent API would refuse is no sample."""
+    for util, memory in ((101, 1), (-1, 1), (5, -1), (5, 2**31)):
+        payload = json.dumps({"w": 1, "h": "x", "t": 1.0, "g": [["G", util, memory]], "d": 0})
+        assert Sample.from_payload(payload) is None, (util, memory)
+    fine = json.dumps({"w": 1, "h": "x", "t": 1.0, "g": [["G", 100, 2**31 - 1]], "d": 0})
+    assert Sample.from_payload(fine) is not None
 
 
 async def test_revoking_the_host_closes_its_socket_at_once(

@@ -1,8 +1,8 @@
 """Sessions end when they should, in every worker: a replayed cookie opens nothing, and
-an open live stream of a host page ends with its session (a stream of the person's other
-session goes on). A demotion closes the admin pages at once; removal from one workspace
-closes its pages, JSON, CSV and stream and leaves the other's; an admin's page form
-reaches no other workspace's sessions.
+an open live stream of a host page (or the fleet page's live heat-map) ends with its
+session (a stream of the person's other session goes on). A demotion closes the admin
+pages at once; removal from one workspace closes its pages, JSON, CSV and stream and
+leaves the other's; an admin's page form reaches no other workspace's sessions.
 
 Each case signs a fresh person in twice (two browsers), proves the cookie opens a page on
 both workers, ends the session(s) the way a person or an admin does, and replays the old
@@ -355,6 +355,18 @@ def test_an_open_live_stream_ends_with_its_session(
     browser.close()
 
 
+@pytest.mark.parametrize("how", ["sign-out", "demotion to finance"])
+def test_the_fleet_pages_live_stream_ends_with_its_session(
+    board: LiveBoard, world: World, person: Person, how: str
+) -> None:
+    """The fleet's frames (/w/{slug}/fleet/stream) are re-checked as the host's stream."""
+    browser, cookie = _signed_in(board, person)
+    stream = Listener(board, cookie, f"/w/{world.a.slug}/fleet/stream").start()
+    ENDINGS[how](board, world, person, browser)
+    stream.closes(how)
+    browser.close()
+
+
 def test_a_stream_of_another_live_session_goes_on(
     board: LiveBoard, world: World, person: Person
 ) -> None:
@@ -435,6 +447,7 @@ def test_removal_from_one_workspace_closes_it_and_leaves_the_other(
         f"/w/{a.slug}/hosts/{host}",
         f"/w/{a.slug}/hosts/{host}.json",
         f"/w/{a.slug}/hosts/{host}/stream",
+        f"/w/{a.slug}/fleet/stream",
         f"/w/{a.slug}/usage.csv",
         f"/w/{a.slug}/statements.csv",
         f"/w/{a.slug}/people",

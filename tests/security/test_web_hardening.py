@@ -442,6 +442,7 @@ def test_every_kind_of_page_answer_carries_the_security_headers(
             f"{s}/hosts/{host}",
             f"{s}/hosts/{host}.json",
             f"{s}/hosts/{host}/stream",
+            f"{s}/fleet/stream",
             f"{s}/usage.csv",
             f"{s}/statements.csv",
             f"{s}/usage?from=not-a-date",  # a 422 page

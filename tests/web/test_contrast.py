@@ -57,6 +57,9 @@ PAIRS = (
     (V["text"], "#fff7ea", "idle-held column"),
     (V["text"], "#fff8e6", "secret box"),
     ("#4d555e", WHITE, "chart ticks"),
+    # the live heat-map's utilization bands (dark text on the light ones, white on the dark)
+    *[(V["text"], V[band], f"text on {band}") for band in ("u0", "u1", "u2")],
+    *[(WHITE, V[band], f"white on {band}") for band in ("u3", "u4")],
 )
 
 

@@ -3,6 +3,7 @@
 //   fragments it carries (one renderer: the Jinja templates), without reloading.
 // - [data-live-filters]: filter changes apply at once and stay in the address bar.
 // - [data-live-chart]: a small live utilization chart fed by the same JSON.
+// - [data-fleet-live]: the fleet's live heat-map (fleet_live.js), fed by its own stream.
 // - [data-autosubmit], form[data-confirm]: small conveniences; everything works without JS.
 // - .table-scroll: a table wider than its box says so: its cut edge fades (data-more).
 // - select[data-kind-select]: shows only the form's fields (data-for-kinds) the chosen
@@ -94,16 +95,22 @@
       }
     }
 
+    // The live heat-map (fleet_live.js) is fed by the fleet's stream: while it shows, no
+    // polling (a filter change still refreshes at once, through boardRefresh).
+    function polling() {
+      return !document.hidden && !root.querySelector("[data-fleet-live]");
+    }
+
     function schedule() {
       clearInterval(timer);
       timer = setInterval(function () {
-        if (!document.hidden) refresh();
+        if (polling()) refresh();
       }, every);
     }
 
     root.boardRefresh = refresh;
     document.addEventListener("visibilitychange", function () {
-      if (!document.hidden) refresh();
+      if (polling()) refresh();
     });
     schedule();
   }
