@@ -417,6 +417,12 @@ async def test_who_may_watch_the_fleet(app: Any, client: httpx.AsyncClient) -> N
     assert (await sign_in(client, "finance@acme.example")).status_code == 303
     assert (await client.get("/w/acme/fleet/stream")).status_code == 403
     assert (await client.get("/w/other/fleet/stream")).status_code == 404
+    # Finance's fleet page in the live view says so, and opens no stream.
+    await enroll(client, acme, "one")
+    page = await client.get("/w/acme/?view=live")
+    assert page.status_code == 200
+    assert "The live heat-map is for members and admins" in page.text
+    assert "data-fleet-live" not in page.text
 
 
 @pytest.mark.parametrize("ending", ["token revoked", "member removed"])

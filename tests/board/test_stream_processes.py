@@ -1,4 +1,4 @@
-"""Two board processes on one database deliver each other's agents' samples."""
+"""Two board processes on one database deliver each other's agents' samples (and frame them)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from tests.board.builders import enroll, make_tenant
 from tests.board.test_stream import SseReader, agent_socket, sse, util_message
+from tests.board.test_stream_fleet import fleet_stream, streaming
 from tests.support.live import LiveBoard, start_board, stop_board
 
 
@@ -64,3 +65,21 @@ async def test_each_process_delivers_to_the_others_subscribers(
         assert (got["hostId"], got["gpus"][0]["utilPct"]) == (on_two["hostId"], 62)
         await asyncio.sleep(0.5)
         assert await stranger_on_two.utils_within(0.5) == []
+
+
+async def test_each_process_frames_the_others_agents(
+    app: Any, client: httpx.AsyncClient, two_boards: tuple[LiveBoard, LiveBoard]
+) -> None:
+    """The fleet's frames are built in each process from what its listener heard."""
+    one, two = two_boards
+    acme = await make_tenant(app, "acme")
+    host = await enroll(client, acme, "streams-to-one")
+    path = "/api/v1/workspaces/acme/stream/fleet"
+    async with fleet_stream(two.url, path, acme.auth("member")) as page_on_two:
+        async with streaming(one.url, host["agentToken"], ("GPU-0",), 63):
+            await page_on_two.until(
+                lambda model: (
+                    host["hostId"] in model.hosts and model.hosts[host["hostId"]].utils == [63]
+                ),
+                "the other process's agent in this process's frames",
+            )

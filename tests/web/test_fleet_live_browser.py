@@ -121,5 +121,13 @@ async def test_the_live_heat_map_draws_streamed_samples(app: Any, client: Any, p
         await page.keyboard.press("Shift+Tab")
         assert (await _active(page))["text"] == f"node-{HOSTS - 1:02d}"
 
+        # At 390 px every host's row of cells fits the screen.
+        await page.set_viewport_size({"width": 390, "height": 900})
+        edges = await page.evaluate(
+            "() => Array.from(document.querySelectorAll('.lcell'))"
+            ".map(el => { const r = el.getBoundingClientRect(); return [r.width, r.right]; })"
+        )
+        assert len(edges) == HOSTS * GPUS
+        assert all(width > 0 and right <= 390 for width, right in edges), edges
         await screenshots(page, "fleet-live")
         await page.goto("about:blank")  # the stream closed before the board stops
